@@ -1,0 +1,248 @@
+//! The output log's frame format and codec.
+//!
+//! A frame is an 8-byte header (type u8, flags u8, reserved u16 = 0, payload length u32 big-endian)
+//! followed by the payload. The log of a process is a concatenation of frames; an offset into the log is
+//! valid only at a frame boundary. [`Decoder`] consumes an arbitrary split of such a byte stream and
+//! yields whole frames, keeping the log offset of the next frame so a client can resume after losing its
+//! connection.
+
+use thiserror::Error;
+
+/// Length of a frame header in bytes.
+pub const HEADER_LEN: usize = 8;
+
+/// Largest payload the shim ever writes in one frame. Decoders refuse larger lengths, so a corrupt or
+/// hostile stream cannot make a client allocate gigabytes.
+pub const MAX_PAYLOAD: u32 = 1 << 20;
+
+/// The type byte of a frame. Unknown types are carried through as [`FrameType::Unknown`] so clients can
+/// skip them, as the protocol requires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrameType {
+    /// Never stored in the log; sent on an idle follow so proxies and clients see the stream is alive.
+    Keepalive,
+    /// Bytes the process wrote to stdout (or to its terminal, with a tty).
+    Stdout,
+    /// Bytes the process wrote to stderr.
+    Stderr,
+    /// The JSON [`crate::types::Exit`] of the process; always the last frame of a log.
+    Exit,
+    /// A type this version does not know.
+    Unknown(u8),
+}
+
+impl FrameType {
+    /// The wire value of the type.
+    pub fn to_u8(self) -> u8 {
+        match self {
+            FrameType::Keepalive => 0,
+            FrameType::Stdout => 1,
+            FrameType::Stderr => 2,
+            FrameType::Exit => 3,
+            FrameType::Unknown(v) => v,
+        }
+    }
+
+    /// The type for a wire value.
+    pub fn from_u8(v: u8) -> Self {
+        match v {
+            0 => FrameType::Keepalive,
+            1 => FrameType::Stdout,
+            2 => FrameType::Stderr,
+            3 => FrameType::Exit,
+            other => FrameType::Unknown(other),
+        }
+    }
+}
+
+/// A decoded frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// What the payload is.
+    pub kind: FrameType,
+    /// Reserved for future use; version 1 writes 0 and readers ignore it.
+    pub flags: u8,
+    /// Payload length in bytes.
+    pub len: u32,
+}
+
+impl FrameHeader {
+    /// Encodes the header into its 8 wire bytes.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let l = self.len.to_be_bytes();
+        [self.kind.to_u8(), self.flags, 0, 0, l[0], l[1], l[2], l[3]]
+    }
+
+    /// Decodes 8 header bytes, refusing lengths over [`MAX_PAYLOAD`].
+    pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Self, FrameError> {
+        let len = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+        if len > MAX_PAYLOAD {
+            return Err(FrameError::TooLong { len });
+        }
+        Ok(FrameHeader {
+            kind: FrameType::from_u8(b[0]),
+            flags: b[1],
+            len,
+        })
+    }
+
+    /// Size of the whole frame (header plus payload) in the log.
+    pub fn frame_len(&self) -> u64 {
+        HEADER_LEN as u64 + u64::from(self.len)
+    }
+}
+
+/// Errors from decoding a frame stream.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum FrameError {
+    /// A header announced a payload longer than [`MAX_PAYLOAD`]: the stream is corrupt or not a log.
+    #[error("frame payload length {len} exceeds the maximum of {MAX_PAYLOAD}")]
+    TooLong {
+        /// The announced length.
+        len: u32,
+    },
+    /// The stream ended inside a frame.
+    #[error("stream ended {missing} bytes short of a whole frame")]
+    Truncated {
+        /// Bytes still missing for the frame in progress.
+        missing: usize,
+    },
+}
+
+/// One whole frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// What the payload is.
+    pub kind: FrameType,
+    /// Reserved flags byte.
+    pub flags: u8,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+impl Frame {
+    /// A frame of the given type and payload, with no flags.
+    pub fn new(kind: FrameType, payload: impl Into<Vec<u8>>) -> Self {
+        Frame {
+            kind,
+            flags: 0,
+            payload: payload.into(),
+        }
+    }
+
+    /// The frame header of this frame. Panics never: payloads over `u32::MAX` are impossible here
+    /// because callers build frames from bounded reads; the length saturates defensively.
+    pub fn header(&self) -> FrameHeader {
+        let len = u32::try_from(self.payload.len()).unwrap_or(u32::MAX);
+        FrameHeader {
+            kind: self.kind,
+            flags: self.flags,
+            len,
+        }
+    }
+
+    /// Appends the encoded frame to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.header().encode());
+        out.extend_from_slice(&self.payload);
+    }
+
+    /// The encoded frame.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(HEADER_LEN + self.payload.len());
+        self.encode_into(&mut v);
+        v
+    }
+}
+
+/// Incremental decoder of a frame stream that starts at log offset `start`.
+///
+/// Feed it bytes as they arrive with [`Decoder::push`] and take frames with [`Decoder::next_frame`].
+/// [`Decoder::offset`] is the log offset just past the last frame taken: the offset to resume from.
+/// Keepalive frames are yielded too (callers usually skip them) but never advance the offset, because
+/// they are not part of the log.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buf: Vec<u8>,
+    pos: usize,
+    offset: u64,
+}
+
+impl Decoder {
+    /// A decoder for a stream that begins at log offset `start`.
+    pub fn new(start: u64) -> Self {
+        Decoder {
+            buf: Vec::new(),
+            pos: 0,
+            offset: start,
+        }
+    }
+
+    /// The log offset just past the last whole frame returned.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Appends received bytes.
+    pub fn push(&mut self, bytes: &[u8]) {
+        if self.pos > 0 && self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        } else if self.pos > 64 * 1024 && self.pos * 2 > self.buf.len() {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes received but not yet returned as a frame.
+    pub fn pending(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// The next whole frame, `Ok(None)` if more bytes are needed.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
+        let rest = &self.buf[self.pos..];
+        let Some(head) = rest.first_chunk::<HEADER_LEN>() else {
+            return Ok(None);
+        };
+        let header = FrameHeader::decode(head)?;
+        let total = HEADER_LEN + header.len as usize;
+        if rest.len() < total {
+            return Ok(None);
+        }
+        let payload = rest[HEADER_LEN..total].to_vec();
+        self.pos += total;
+        if header.kind != FrameType::Keepalive {
+            self.offset += total as u64;
+        }
+        Ok(Some(Frame {
+            kind: header.kind,
+            flags: header.flags,
+            payload,
+        }))
+    }
+
+    /// Call at end of stream: an error if a frame was cut short.
+    pub fn finish(&self) -> Result<(), FrameError> {
+        match self.pending() {
+            0 => Ok(()),
+            n if n < HEADER_LEN => Err(FrameError::Truncated {
+                missing: HEADER_LEN - n,
+            }),
+            n => {
+                let head = self.buf[self.pos..]
+                    .first_chunk::<HEADER_LEN>()
+                    .copied()
+                    .unwrap_or_default();
+                let header = FrameHeader::decode(&head)?;
+                Err(FrameError::Truncated {
+                    missing: header.frame_len() as usize - n,
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,102 @@
+//! Unit and property tests of the frame codec.
+
+use super::*;
+use proptest::prelude::*;
+
+#[test]
+fn header_layout_is_big_endian_with_reserved_zero() {
+    let h = FrameHeader {
+        kind: FrameType::Stderr,
+        flags: 0,
+        len: 0x0102_0304,
+    };
+    assert_eq!(h.encode(), [2, 0, 0, 0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn oversized_length_is_refused() {
+    let mut d = Decoder::new(0);
+    d.push(&[1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]);
+    assert_eq!(d.next_frame(), Err(FrameError::TooLong { len: u32::MAX }));
+}
+
+#[test]
+fn keepalive_does_not_advance_offset_and_unknown_types_pass_through() {
+    let mut bytes = Vec::new();
+    Frame::new(FrameType::Keepalive, Vec::new()).encode_into(&mut bytes);
+    Frame::new(FrameType::Unknown(9), b"x".to_vec()).encode_into(&mut bytes);
+    let mut d = Decoder::new(100);
+    d.push(&bytes);
+    assert_eq!(d.next_frame().unwrap().unwrap().kind, FrameType::Keepalive);
+    assert_eq!(d.offset(), 100);
+    assert_eq!(d.next_frame().unwrap().unwrap().kind, FrameType::Unknown(9));
+    assert_eq!(d.offset(), 109);
+    assert_eq!(d.next_frame(), Ok(None));
+    assert_eq!(d.finish(), Ok(()));
+}
+
+#[test]
+fn truncated_stream_is_reported() {
+    let bytes = Frame::new(FrameType::Stdout, b"hello".to_vec()).encode();
+    let mut d = Decoder::new(0);
+    d.push(&bytes[..10]);
+    assert_eq!(d.next_frame(), Ok(None));
+    assert_eq!(d.finish(), Err(FrameError::Truncated { missing: 3 }));
+    let mut d = Decoder::new(0);
+    d.push(&bytes[..3]);
+    assert_eq!(d.finish(), Err(FrameError::Truncated { missing: 5 }));
+}
+
+fn frame_strategy() -> impl Strategy<Value = Frame> {
+    (0u8..6, proptest::collection::vec(any::<u8>(), 0..300)).prop_map(|(t, p)| {
+        let kind = FrameType::from_u8(t);
+        let payload = if kind == FrameType::Keepalive {
+            Vec::new()
+        } else {
+            p
+        };
+        Frame::new(kind, payload)
+    })
+}
+
+proptest! {
+    /// Any sequence of frames, cut into any chunks, decodes to the same frames, and the resume offset
+    /// after each frame is the sum of the log frames before it.
+    #[test]
+    fn roundtrip_under_any_split(frames in proptest::collection::vec(frame_strategy(), 0..40),
+                                 cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..20),
+                                 start in 0u64..1_000_000) {
+        let mut bytes = Vec::new();
+        for f in &frames { f.encode_into(&mut bytes); }
+        let mut points: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+        points.push(0);
+        points.push(bytes.len());
+        points.sort_unstable();
+        let mut d = Decoder::new(start);
+        let mut got = Vec::new();
+        let mut expect_offset = start;
+        let mut offsets = Vec::new();
+        for w in points.windows(2) {
+            d.push(&bytes[w[0]..w[1]]);
+            while let Some(f) = d.next_frame().unwrap() {
+                got.push(f);
+                offsets.push(d.offset());
+            }
+        }
+        prop_assert_eq!(d.finish(), Ok(()));
+        for (f, off) in frames.iter().zip(&offsets) {
+            if f.kind != FrameType::Keepalive { expect_offset += f.header().frame_len(); }
+            prop_assert_eq!(*off, expect_offset);
+        }
+        prop_assert_eq!(got, frames);
+    }
+
+    /// Arbitrary bytes never panic the decoder; it either yields frames, asks for more, or errors.
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2000)) {
+        let mut d = Decoder::new(0);
+        d.push(&bytes);
+        while let Ok(Some(_)) = d.next_frame() {}
+        let _ = d.finish();
+    }
+}

@@ -1,0 +1,21 @@
+//! The stepshim wire contract, protocol version 1, as plain data: no I/O, no async runtime, no HTTP
+//! stack. `protocol/PROTOCOL.md` is the normative text; this crate is its Rust form, shared by the shim
+//! (server) and the controller (client) so both sides agree by construction.
+//!
+//! # Layout
+//! - [`frame`]: the 8-byte-header frame format of a process's output log, an encoder and an incremental
+//!   decoder that tracks the resume offset.
+//! - [`types`]: JSON request and response bodies (spawn spec, process status, exit, info, errors).
+//! - [`routes`]: route paths, query parameter names and the process id syntax.
+//! - [`signal`]: signal names and numbers accepted by the signal route.
+
+pub mod frame;
+pub mod routes;
+pub mod signal;
+pub mod types;
+
+/// The protocol version this crate implements, reported by `GET /v1/info`.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+pub use frame::{Decoder, Frame, FrameError, FrameHeader, FrameType, HEADER_LEN};
+pub use types::*;

@@ -1,0 +1,291 @@
+//! JSON bodies of protocol v1: what clients send and what the shim answers.
+//!
+//! Requests deny unknown fields, so a client written against a newer protocol learns at once that this
+//! shim does not understand a field instead of having it silently ignored.
+
+use serde::{Deserialize, Serialize};
+
+/// Size of a terminal, in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TtySize {
+    /// Columns.
+    pub cols: u16,
+    /// Rows.
+    pub rows: u16,
+}
+
+/// Body of `PUT /v1/processes/{id}`: what to run. Two spawns with the same id are the same request
+/// (idempotent) exactly when their specs are equal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnRequest {
+    /// The executable. With a `/` it is used as is; without one it is looked up in the `PATH` of the
+    /// process's environment. It is also argv[0].
+    pub path: String,
+    /// Arguments after argv[0].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// `KEY=VALUE` entries overlaid on the shim's own environment (minus `STEPSHIM_*`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+    /// Working directory, created (with parents) if missing. Defaults to the shim's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+    /// `uid:gid`, a bare `uid`, or a user name from `/etc/passwd`. Defaults to the shim's own user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Whether the process gets a stdin pipe fed by the stdin route; without it stdin is `/dev/null`.
+    #[serde(default)]
+    pub stdin: bool,
+    /// A controlling terminal of this size instead of pipes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tty: Option<TtySize>,
+}
+
+/// Whether a process is still running. A process becomes `exited` only once its exit frame is in the
+/// log, so a client that sees `exited` can read the whole output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Not yet reaped, or reaped with its output still draining.
+    Running,
+    /// Reaped, drained, exit frame written.
+    Exited,
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exit {
+    /// Exit code, when the process exited normally.
+    pub code: Option<i32>,
+    /// Signal number, when a signal killed it.
+    pub signal: Option<i32>,
+    /// The shell's view: `code`, or 128 + `signal`.
+    pub status: i32,
+}
+
+impl Exit {
+    /// A normal exit with `code`.
+    pub fn code(code: i32) -> Self {
+        Exit {
+            code: Some(code),
+            signal: None,
+            status: code,
+        }
+    }
+
+    /// Death by signal number `sig`.
+    pub fn signal(sig: i32) -> Self {
+        Exit {
+            code: None,
+            signal: Some(sig),
+            status: 128 + sig,
+        }
+    }
+}
+
+/// The state of one process, as `GET /v1/processes/{id}` returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Process {
+    /// The client's id.
+    pub id: String,
+    /// Pid in the shim's PID namespace.
+    pub pid: i32,
+    /// Running or exited.
+    pub state: State,
+    /// Set once `state` is `exited`.
+    pub exit: Option<Exit>,
+    /// RFC 3339 UTC time the process was started.
+    pub started_at: String,
+    /// RFC 3339 UTC time the exit frame was written.
+    pub exited_at: Option<String>,
+    /// Length of the output log so far: the offset just past its last frame.
+    pub output_end: u64,
+    /// Bytes of stdin accepted so far: the offset the next stdin request should carry.
+    pub stdin_offset: u64,
+    /// Whether stdin has been closed (EOF sent).
+    pub stdin_closed: bool,
+    /// Whether the process has a tty.
+    pub tty: bool,
+}
+
+/// Body of `GET /v1/processes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessList {
+    /// Every process the shim remembers, ordered by id.
+    pub processes: Vec<Process>,
+}
+
+/// Body of `GET /v1/info`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Info {
+    /// Protocol version, 1.
+    pub protocol: u32,
+    /// The shim's version.
+    pub version: String,
+    /// Random per start of the shim: a changed value tells a client the shim restarted and forgot
+    /// every process.
+    pub boot_id: String,
+}
+
+/// Answer of `POST /v1/processes/{id}/stdin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StdinAck {
+    /// Bytes of stdin written to the process so far.
+    pub stdin_offset: u64,
+    /// Whether stdin is now closed.
+    pub stdin_closed: bool,
+}
+
+/// Body of `POST /v1/processes/{id}/signal`: `"TERM"`, `"SIGTERM"`, `"term"` or `15`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalRequest {
+    /// The signal.
+    pub signal: SignalSpec,
+}
+
+/// A signal by name or number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SignalSpec {
+    /// Number, 1 to 64.
+    Number(i32),
+    /// Name, with or without `SIG`, any case.
+    Name(String),
+}
+
+/// Body of `POST /v1/processes/{id}/resize`.
+pub type ResizeRequest = TtySize;
+
+/// Every error body: `{"error":{"code":"...","message":"..."}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// A machine-readable code and a human-readable message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// One of the codes in PROTOCOL.md (see [`ErrorCode`]); clients must accept codes they do not know.
+    pub code: String,
+    /// Human-readable, for logs and people; not to be parsed.
+    pub message: String,
+}
+
+/// The error codes of protocol v1, with the HTTP status each comes with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// 400: the request is malformed (query, header).
+    BadRequest,
+    /// 400: the body is not valid JSON for this route.
+    InvalidJson,
+    /// 400: the process id does not match `[A-Za-z0-9._-]{1,128}`.
+    InvalidId,
+    /// 400: an output offset that is not a frame boundary or lies past the end of the log.
+    InvalidOffset,
+    /// 400: an unknown signal name or a number outside 1..=64.
+    InvalidSignal,
+    /// 400: a file path that is not absolute or is otherwise unusable.
+    InvalidPath,
+    /// 400: a tar stream that is corrupt or has an entry escaping the target directory.
+    InvalidTar,
+    /// 401: missing or wrong bearer token.
+    Unauthorized,
+    /// 404: no such route.
+    NoRoute,
+    /// 404: no process with that id.
+    ProcessNotFound,
+    /// 404: no such file or directory.
+    FileNotFound,
+    /// 405: the route exists but not with this method.
+    MethodNotAllowed,
+    /// 409: a process with this id exists with a different spec.
+    SpecConflict,
+    /// 409: the process is still running (delete without force).
+    StillRunning,
+    /// 409: the process has exited (signal, stdin, resize).
+    NotRunning,
+    /// 409: the process has no tty (resize).
+    NoTty,
+    /// 409: the process was not started with stdin.
+    NoStdin,
+    /// 409: stdin offset beyond what was accepted; the body is the current offset.
+    StdinGap,
+    /// 409: new stdin bytes after EOF.
+    StdinClosed,
+    /// 413: the request body is too large.
+    BodyTooLarge,
+    /// 422: the executable does not exist or cannot be executed; nothing was recorded.
+    ExecutableNotFound,
+    /// 422: the user, group or directory of a spawn request is unusable.
+    InvalidSpawn,
+    /// 500: the shim failed in a way the client cannot fix.
+    Internal,
+    /// 503: the shim is shutting down or at a resource limit; retry elsewhere or later.
+    Unavailable,
+}
+
+impl ErrorCode {
+    /// The code's wire string.
+    pub fn as_str(self) -> &'static str {
+        use ErrorCode::*;
+        match self {
+            BadRequest => "bad_request",
+            InvalidJson => "invalid_json",
+            InvalidId => "invalid_id",
+            InvalidOffset => "invalid_offset",
+            InvalidSignal => "invalid_signal",
+            InvalidPath => "invalid_path",
+            InvalidTar => "invalid_tar",
+            Unauthorized => "unauthorized",
+            NoRoute => "no_route",
+            ProcessNotFound => "process_not_found",
+            FileNotFound => "file_not_found",
+            MethodNotAllowed => "method_not_allowed",
+            SpecConflict => "spec_conflict",
+            StillRunning => "still_running",
+            NotRunning => "not_running",
+            NoTty => "no_tty",
+            NoStdin => "no_stdin",
+            StdinGap => "stdin_gap",
+            StdinClosed => "stdin_closed",
+            BodyTooLarge => "body_too_large",
+            ExecutableNotFound => "executable_not_found",
+            InvalidSpawn => "invalid_spawn",
+            Internal => "internal",
+            Unavailable => "unavailable",
+        }
+    }
+
+    /// The HTTP status the code is sent with.
+    pub fn status(self) -> u16 {
+        use ErrorCode::*;
+        match self {
+            BadRequest | InvalidJson | InvalidId | InvalidOffset | InvalidSignal | InvalidPath
+            | InvalidTar => 400,
+            Unauthorized => 401,
+            NoRoute | ProcessNotFound | FileNotFound => 404,
+            MethodNotAllowed => 405,
+            SpecConflict | StillRunning | NotRunning | NoTty | NoStdin | StdinGap | StdinClosed => {
+                409
+            }
+            BodyTooLarge => 413,
+            ExecutableNotFound | InvalidSpawn => 422,
+            Internal => 500,
+            Unavailable => 503,
+        }
+    }
+
+    /// The JSON body for this code and a message.
+    pub fn body(self, message: impl Into<String>) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                code: self.as_str().to_owned(),
+                message: message.into(),
+            },
+        }
+    }
+}
