@@ -1,0 +1,188 @@
+//! One test per `unsafe` wrapper, against real processes. Tests that fork hold `CHILDREN` so that one
+//! test's `reap_one` (a `waitpid(-1)`) never reaps another test's child.
+
+use super::*;
+use std::io::Read;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static CHILDREN: Mutex<()> = Mutex::new(());
+
+fn cstr(s: &str) -> CString {
+    CString::new(s).expect("no NUL")
+}
+
+fn null_stdio() -> (OwnedFd, OwnedFd) {
+    let (r, w) = pipe().expect("pipe");
+    (r, w)
+}
+
+fn exec(path: &str, args: &[&str], stdio: ChildStdio) -> Exec {
+    let mut argv = vec![cstr(path)];
+    argv.extend(args.iter().map(|a| cstr(a)));
+    Exec {
+        path: cstr(path),
+        argv,
+        envp: vec![cstr("PATH=/usr/bin:/bin")],
+        dir: None,
+        creds: None,
+        stdio,
+    }
+}
+
+fn wait_for(pid: i32) -> Reaped {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match reap_one().expect("waitpid") {
+            Some(r @ (Reaped::Exited(p, _) | Reaped::Signaled(p, _))) if p == pid => return r,
+            Some(_) => {}
+            None => {
+                assert!(Instant::now() < deadline, "child {pid} not reaped in time");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+}
+
+fn exec_status(f: &Forked) -> Option<(Stage, io::Error)> {
+    let mut buf = Vec::new();
+    std::fs::File::from(f.status_pipe.try_clone().expect("dup"))
+        .read_to_end(&mut buf)
+        .expect("read");
+    decode_exec_status(&buf)
+}
+
+#[test]
+fn fork_exec_runs_in_own_session_with_output_and_exit_code() {
+    let _g = CHILDREN.lock();
+    let (out_r, out_w) = pipe().unwrap();
+    let (_in_r, _) = null_stdio();
+    let err_w = out_w.try_clone().unwrap();
+    let ex = exec(
+        "/bin/sh",
+        &[
+            "-c",
+            "echo $$ $(ps -o sid= -p $$ 2>/dev/null || cut -d' ' -f6 /proc/$$/stat); exit 7",
+        ],
+        ChildStdio::Fds {
+            stdin: _in_r,
+            stdout: out_w,
+            stderr: err_w,
+        },
+    );
+    let f = fork_exec(&ex).unwrap();
+    drop(ex);
+    assert!(exec_status(&f).is_none());
+    let mut out = String::new();
+    std::fs::File::from(out_r).read_to_string(&mut out).unwrap();
+    let fields: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(fields[0], f.pid.to_string());
+    assert_eq!(
+        fields[1],
+        f.pid.to_string(),
+        "child must lead its own session"
+    );
+    assert_eq!(wait_for(f.pid), Reaped::Exited(f.pid, 7));
+}
+
+#[test]
+fn missing_executable_reports_exec_stage_enoent() {
+    let _g = CHILDREN.lock();
+    let (r, w) = pipe().unwrap();
+    let ex = exec(
+        "/nonexistent/x",
+        &[],
+        ChildStdio::Fds {
+            stdin: r,
+            stdout: w.try_clone().unwrap(),
+            stderr: w,
+        },
+    );
+    let f = fork_exec(&ex).unwrap();
+    let (stage, err) = exec_status(&f).expect("exec must fail");
+    assert_eq!(stage, Stage::Exec);
+    assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+    assert_eq!(wait_for(f.pid), Reaped::Exited(f.pid, 127));
+}
+
+#[test]
+fn bad_dir_reports_chdir_stage() {
+    let _g = CHILDREN.lock();
+    let (r, w) = pipe().unwrap();
+    let mut ex = exec(
+        "/bin/true",
+        &[],
+        ChildStdio::Fds {
+            stdin: r,
+            stdout: w.try_clone().unwrap(),
+            stderr: w,
+        },
+    );
+    ex.dir = Some(cstr("/nonexistent-dir"));
+    let f = fork_exec(&ex).unwrap();
+    assert_eq!(exec_status(&f).expect("chdir must fail").0, Stage::Chdir);
+    wait_for(f.pid);
+}
+
+#[test]
+fn group_signal_kills_and_is_reported() {
+    let _g = CHILDREN.lock();
+    let (r, w) = pipe().unwrap();
+    let ex = exec(
+        "/bin/sleep",
+        &["30"],
+        ChildStdio::Fds {
+            stdin: r,
+            stdout: w.try_clone().unwrap(),
+            stderr: w,
+        },
+    );
+    let f = fork_exec(&ex).unwrap();
+    assert!(exec_status(&f).is_none());
+    kill_group(f.pid, libc::SIGTERM).unwrap();
+    assert_eq!(wait_for(f.pid), Reaped::Signaled(f.pid, libc::SIGTERM));
+    assert!(
+        kill_group(1, libc::SIGTERM).is_err(),
+        "never signal init or everyone"
+    );
+}
+
+#[test]
+fn pty_has_size_and_is_controlling_terminal() {
+    let _g = CHILDREN.lock();
+    let (master, slave) = openpty(100, 30).unwrap();
+    assert_eq!(get_winsize(&master).unwrap(), (100, 30));
+    set_winsize(&master, 120, 40).unwrap();
+    assert_eq!(get_winsize(&master).unwrap(), (120, 40));
+    let ex = exec(
+        "/bin/sh",
+        &["-c", "stty size; test -t 0 && echo tty"],
+        ChildStdio::Tty { slave },
+    );
+    let f = fork_exec(&ex).unwrap();
+    drop(ex);
+    assert!(exec_status(&f).is_none());
+    let mut out = Vec::new();
+    let mut file = std::fs::File::from(master);
+    let mut buf = [0u8; 256];
+    // A pty master reports EIO once the last slave holder is gone.
+    while let Ok(n @ 1..) = file.read(&mut buf) {
+        out.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.contains("40 120"), "stty size saw {text:?}");
+    assert!(text.contains("tty"), "stdin must be a terminal: {text:?}");
+    assert_eq!(wait_for(f.pid), Reaped::Exited(f.pid, 0));
+}
+
+#[test]
+fn nonblocking_flag_and_limits() {
+    let (r, _w) = pipe().unwrap();
+    set_nonblocking(&r, true).unwrap();
+    let mut buf = [0u8; 1];
+    let err = std::fs::File::from(r).read(&mut buf).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+    assert!(raise_nofile_limit().unwrap() >= 1024);
+    assert_eq!(geteuid(), unsafe { libc::geteuid() });
+    assert!(decode_exec_status(b"").is_none());
+}
