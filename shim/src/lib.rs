@@ -1,2 +1,3 @@
 //! placeholder
+pub mod log;
 pub mod sys;

@@ -1,0 +1,320 @@
+//! The output log of one process: every frame it produced, from offset 0 until the process is deleted.
+//!
+//! The first bytes live in memory (bounded per log and by a shim-wide [`Budget`]); once either bound is
+//! reached, later bytes go to an unlinked spill file in the data directory, so the log's memory stays
+//! bounded while nothing is ever dropped. Readers copy byte ranges out under the log's lock; followers
+//! watch [`LogState`] to learn of new bytes. A sparse index of frame starts lets an offset be checked
+//! for being a frame boundary without keeping one entry per frame.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use protocol::{FrameHeader, FrameType, HEADER_LEN};
+use tokio::sync::watch;
+
+/// Size of an in-memory chunk; chunks grow by doubling up to this, so a quiet process costs little.
+const CHUNK: usize = 64 * 1024;
+/// Distance between entries of the frame-start index.
+const STRIDE: u64 = 64 * 1024;
+
+/// Shim-wide accounting of output bytes, shared by every log.
+#[derive(Debug)]
+pub struct Budget {
+    limit: u64,
+    per_log: u64,
+    memory: AtomicU64,
+    disk: AtomicU64,
+    spill_seq: AtomicU64,
+}
+
+impl Budget {
+    /// A budget of `limit` bytes in memory across all logs; one log keeps at most a sixteenth of it.
+    pub fn new(limit: u64) -> Self {
+        Budget {
+            limit,
+            per_log: (limit / 16).max(64 * 1024),
+            memory: AtomicU64::new(0),
+            disk: AtomicU64::new(0),
+            spill_seq: AtomicU64::new(0),
+        }
+    }
+
+    fn try_take(&self, n: u64) -> bool {
+        self.memory
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                (used + n <= self.limit).then_some(used + n)
+            })
+            .is_ok()
+    }
+
+    /// Bytes of output held in memory.
+    pub fn memory_bytes(&self) -> u64 {
+        self.memory.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of output spilled to disk.
+    pub fn disk_bytes(&self) -> u64 {
+        self.disk.load(Ordering::Relaxed)
+    }
+}
+
+/// What followers of a log watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LogState {
+    /// Offset just past the last frame.
+    pub end: u64,
+    /// The exit frame is in: nothing more will be appended.
+    pub complete: bool,
+    /// The process was deleted and the log freed: readers must stop.
+    pub freed: bool,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    chunks: Vec<Vec<u8>>,
+    mem_len: u64,
+    spilling: bool,
+    spill: Option<File>,
+    end: u64,
+    index: Vec<u64>,
+    complete: bool,
+    freed: bool,
+}
+
+/// The output log of one process.
+#[derive(Debug)]
+pub struct OutputLog {
+    inner: Mutex<Inner>,
+    state: watch::Sender<LogState>,
+    budget: Arc<Budget>,
+    spill_dir: PathBuf,
+}
+
+impl OutputLog {
+    /// An empty log that spills into `spill_dir`.
+    pub fn new(budget: Arc<Budget>, spill_dir: PathBuf) -> Self {
+        OutputLog {
+            inner: Mutex::new(Inner::default()),
+            state: watch::Sender::new(LogState::default()),
+            budget,
+            spill_dir,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock aborts the shim (panic = "abort"), so poisoning cannot be
+        // observed; recover the guard rather than add a panic path.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends one frame. On an I/O error (the spill file cannot be written) nothing is appended and
+    /// the caller retries later with the same frame: that is the back-pressure path.
+    pub fn append(&self, kind: FrameType, payload: &[u8]) -> io::Result<()> {
+        let len = u32::try_from(payload.len()).map_err(|_| io::Error::other("frame too long"))?;
+        let header = FrameHeader {
+            kind,
+            flags: 0,
+            len,
+        }
+        .encode();
+        let mut inner = self.lock();
+        if inner.freed || inner.complete {
+            return Ok(());
+        }
+        let n = (HEADER_LEN + payload.len()) as u64;
+        if !inner.spilling && inner.mem_len + n <= self.budget.per_log && self.budget.try_take(n) {
+            push_mem(&mut inner.chunks, &header);
+            push_mem(&mut inner.chunks, payload);
+            inner.mem_len += n;
+        } else {
+            inner.spilling = true;
+            if inner.spill.is_none() {
+                inner.spill = Some(self.open_spill()?);
+            }
+            let at = inner.end - inner.mem_len;
+            let file = inner
+                .spill
+                .as_ref()
+                .ok_or_else(|| io::Error::other("no spill file"))?;
+            let mut frame = Vec::with_capacity(n as usize);
+            frame.extend_from_slice(&header);
+            frame.extend_from_slice(payload);
+            file.write_all_at(&frame, at)?;
+            self.budget.disk.fetch_add(n, Ordering::Relaxed);
+        }
+        let start = inner.end;
+        if start >= inner.index.len() as u64 * STRIDE {
+            inner.index.push(start);
+        }
+        inner.end += n;
+        inner.complete = kind == FrameType::Exit;
+        let state = LogState {
+            end: inner.end,
+            complete: inner.complete,
+            freed: false,
+        };
+        drop(inner);
+        self.state.send_replace(state);
+        Ok(())
+    }
+
+    fn open_spill(&self) -> io::Result<File> {
+        let seq = self.budget.spill_seq.fetch_add(1, Ordering::Relaxed);
+        let path = self
+            .spill_dir
+            .join(format!("stepshim-{}-{seq}.log", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        // Unlinked at once: the space is freed when the log is, even if the shim is killed.
+        std::fs::remove_file(&path)?;
+        Ok(file)
+    }
+
+    /// The state followers watch.
+    pub fn subscribe(&self) -> watch::Receiver<LogState> {
+        self.state.subscribe()
+    }
+
+    /// The current state.
+    pub fn state(&self) -> LogState {
+        *self.state.borrow()
+    }
+
+    /// Up to `max` bytes of the log from `offset` (fewer at the end; empty at or past it).
+    pub fn read(&self, offset: u64, max: usize) -> io::Result<Bytes> {
+        let inner = self.lock();
+        if inner.freed || offset >= inner.end {
+            return Ok(Bytes::new());
+        }
+        let len = (inner.end - offset).min(max as u64) as usize;
+        read_range(&inner, offset, len).map(Bytes::from)
+    }
+
+    /// Whether `offset` is a frame boundary within the log (0 and the end always are).
+    pub fn is_boundary(&self, offset: u64) -> io::Result<bool> {
+        let inner = self.lock();
+        if offset == 0 || offset == inner.end {
+            return Ok(true);
+        }
+        if offset > inner.end || inner.freed {
+            return Ok(false);
+        }
+        let i = inner
+            .index
+            .partition_point(|&c| c <= offset)
+            .saturating_sub(1);
+        let mut pos = inner.index.get(i).copied().unwrap_or(0);
+        let span_len = (offset + HEADER_LEN as u64).min(inner.end) - pos;
+        let span = read_range(&inner, pos, span_len as usize)?;
+        let base = pos;
+        while pos < offset {
+            let at = (pos - base) as usize;
+            let Some(head) = span
+                .get(at..at + HEADER_LEN)
+                .and_then(|h| h.first_chunk::<HEADER_LEN>())
+            else {
+                return Ok(false);
+            };
+            let header = FrameHeader::decode(head).map_err(io::Error::other)?;
+            pos += header.frame_len();
+        }
+        Ok(pos == offset)
+    }
+
+    /// Releases the log's memory and spill file; later appends are ignored and followers stop.
+    pub fn free(&self) {
+        let mut inner = self.lock();
+        if inner.freed {
+            return;
+        }
+        self.release(&mut inner);
+        inner.freed = true;
+        let state = LogState {
+            end: inner.end,
+            complete: inner.complete,
+            freed: true,
+        };
+        drop(inner);
+        self.state.send_replace(state);
+    }
+
+    fn release(&self, inner: &mut Inner) {
+        self.budget
+            .memory
+            .fetch_sub(inner.mem_len, Ordering::AcqRel);
+        self.budget
+            .disk
+            .fetch_sub(inner.end - inner.mem_len, Ordering::Relaxed);
+        inner.chunks = Vec::new();
+        inner.index = Vec::new();
+        inner.spill = None;
+        inner.mem_len = 0;
+    }
+}
+
+impl Drop for OutputLog {
+    fn drop(&mut self) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if !inner.freed {
+            self.release(&mut inner);
+            inner.freed = true;
+        }
+    }
+}
+
+fn push_mem(chunks: &mut Vec<Vec<u8>>, mut data: &[u8]) {
+    while !data.is_empty() {
+        let need_new = chunks.last().is_none_or(|c| c.len() == CHUNK);
+        if need_new {
+            chunks.push(Vec::with_capacity(
+                data.len().clamp(512, CHUNK).next_power_of_two(),
+            ));
+        }
+        let Some(last) = chunks.last_mut() else {
+            return;
+        };
+        let take = (CHUNK - last.len()).min(data.len());
+        last.extend_from_slice(&data[..take]);
+        data = &data[take..];
+    }
+}
+
+/// Copies `len` bytes from `offset`; the caller has checked the range lies within the log.
+fn read_range(inner: &Inner, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(len);
+    let mut pos = offset;
+    let stop = offset + len as u64;
+    while pos < stop && pos < inner.mem_len {
+        let chunk = (pos / CHUNK as u64) as usize;
+        let within = (pos % CHUNK as u64) as usize;
+        let data = inner
+            .chunks
+            .get(chunk)
+            .ok_or_else(|| io::Error::other("log chunk missing"))?;
+        let take = ((stop - pos) as usize).min(data.len() - within);
+        out.extend_from_slice(&data[within..within + take]);
+        pos += take as u64;
+    }
+    if pos < stop {
+        let file = inner
+            .spill
+            .as_ref()
+            .ok_or_else(|| io::Error::other("spill file missing"))?;
+        let have = out.len();
+        out.resize(len, 0);
+        file.read_exact_at(&mut out[have..], pos - inner.mem_len)?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;
