@@ -1,3 +1,108 @@
-//! placeholder
+//! `stepshim`: PID 1 of a CI step pod's main container. It starts no process of its own accord; it
+//! serves the HTTP API of `protocol/PROTOCOL.md` to spawn processes, keep every byte of their output
+//! for re-attachment, feed their stdin, signal and resize them, reap everything, and move files.
+//!
+//! # Layout
+//! - [`config`]: `STEPSHIM_*` variables and flags, validated once.
+//! - [`sys`]: the only `unsafe` code: fork/exec, waitpid, pty, signals, limits.
+//! - [`reaper`]: the single `waitpid` loop, routing exits by pid to the table.
+//! - [`table`]: processes by id and pid; spawn, delete, shutdown.
+//! - [`spawn`]: a spawn request turned into a child (path, env, user, dir, pipes or pty).
+//! - [`proc`]: one process: spec, log, stdin, tty, exit.
+//! - [`pump`]: copies a process's output into its log, drains, writes the exit frame.
+//! - [`log`]: the output log, memory then spill file, with boundary checks.
+//! - [`stdin`]: offset-idempotent stdin writes.
+//! - [`files`]: tar extraction (hostile input) and archiving.
+//! - [`http`]: connections, auth, routing and handlers; [`auth`], [`metrics`], [`error`] serve it.
+//! - [`user`], [`clock`]: `/etc/passwd` lookups and RFC 3339 times.
+
+pub mod auth;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod files;
+pub mod http;
 pub mod log;
+pub mod metrics;
+pub mod proc;
+pub mod pump;
+pub mod reaper;
+pub mod spawn;
+pub mod stdin;
 pub mod sys;
+pub mod table;
+pub mod user;
+
+use std::io::Read;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tracing::info;
+
+pub use config::Config;
+
+/// A random id for this start of the shim.
+pub fn new_boot_id() -> String {
+    let mut b = [0u8; 16];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_err()
+    {
+        // No urandom (odd container): time and pid still tell restarts apart.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        b[..8].copy_from_slice(&(t.as_nanos() as u64).to_be_bytes());
+        b[8..12].copy_from_slice(&std::process::id().to_be_bytes());
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The shim's environment minus `STEPSHIM_*`: the base of every process's environment.
+pub fn base_env() -> Vec<(String, String)> {
+    std::env::vars()
+        .filter(|(k, _)| !k.starts_with("STEPSHIM_"))
+        .collect()
+}
+
+/// Serves until `shutdown` resolves, then TERMs every process, waits up to the grace period, KILLs
+/// the rest and returns. Must run inside a tokio runtime with I/O, time and signals enabled.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let sigchld = reaper::install();
+    let budget = Arc::new(log::Budget::new(config.memory_bytes));
+    let settings = table::Settings {
+        data_dir: config.data_dir.clone(),
+        drain: config.drain,
+        base_env: base_env(),
+    };
+    let table = Arc::new(table::Table::new(settings, budget));
+    let reaper = tokio::spawn(reaper::run(table.clone(), sigchld));
+    let same_owner = sys::geteuid() == 0;
+    let app = Arc::new(http::App::new(
+        table.clone(),
+        config.token_sha256,
+        new_boot_id(),
+        same_owner,
+    ));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(http::serve(listener, app.clone(), async {
+        let _ = stop_rx.await;
+    }));
+    shutdown.await;
+    info!("shutdown requested");
+    app.begin_shutdown();
+    table.shutdown(config.grace).await;
+    // Give open output streams a moment to send their last frames.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+    while app.metrics.open_streams() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    reaper.abort();
+    info!("stopped");
+}

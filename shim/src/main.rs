@@ -1,1 +1,74 @@
-fn main() {}
+//! The `stepshim` binary: reads configuration (exit 64 with one line if it is bad), sets up logging and
+//! process-wide settings, binds the listener and runs the shim until SIGTERM or SIGINT.
+
+use std::process::ExitCode;
+
+use stepshim::{Config, sys};
+use tokio::signal::unix::{SignalKind, signal};
+
+fn main() -> ExitCode {
+    let config = match Config::from_sources(std::env::vars(), std::env::args().skip(1)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("stepshim: {e}");
+            return ExitCode::from(64);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_max_level(config.log_level)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    if let Err(e) = sys::set_child_subreaper() {
+        tracing::warn!(cause = %e, "cannot become a child subreaper; orphans outside PID 1 go elsewhere");
+    }
+    if let Err(e) = sys::raise_nofile_limit() {
+        tracing::warn!(cause = %e, "cannot raise the open-file limit");
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("stepshim: cannot start the runtime: {e}");
+            return ExitCode::from(70);
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(config.listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("stepshim: cannot listen on {}: {e}", config.listen);
+                return ExitCode::from(64);
+            }
+        };
+        let addr = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        tracing::info!(
+            addr,
+            auth = config.token_sha256.is_some(),
+            "stepshim listening"
+        );
+        let (mut term, mut int) = match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(t), Ok(i)) => (t, i),
+            _ => {
+                eprintln!("stepshim: cannot install signal handlers");
+                return ExitCode::from(70);
+            }
+        };
+        let shutdown = async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        };
+        stepshim::run(config, listener, shutdown).await;
+        ExitCode::SUCCESS
+    })
+}

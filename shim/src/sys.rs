@@ -238,6 +238,13 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
     Ok(lim.rlim_cur)
 }
 
+/// Registers a file with the runtime's reactor. The `AsyncFd` takes ownership of the `File`, so the
+/// fd can be neither closed nor replaced while registered.
+pub fn async_fd(file: std::fs::File) -> io::Result<tokio::io::unix::AsyncFd<std::fs::File>> {
+    // SAFETY: the File owns its fd for as long as the AsyncFd owns the File.
+    unsafe { tokio::io::unix::AsyncFd::register(file) }.map_err(|e| e.into_parts().1)
+}
+
 /// Effective user id of the shim.
 pub fn geteuid() -> u32 {
     // SAFETY: no arguments, cannot fail.

@@ -1,0 +1,48 @@
+//! Bearer-token check: the shim holds only the SHA-256 of its token and compares digests in constant
+//! time, so neither the token nor a timing side channel leaks from it.
+
+use sha2::{Digest, Sha256};
+
+/// Whether an `Authorization` header value carries a token whose SHA-256 is `want`.
+pub fn check(header: Option<&[u8]>, want: &[u8; 32]) -> bool {
+    let Some(value) = header else { return false };
+    let Some(token) = value
+        .get(..7)
+        .filter(|s| s.eq_ignore_ascii_case(b"bearer "))
+        .map(|_| &value[7..])
+    else {
+        return false;
+    };
+    let token = token.trim_ascii();
+    if token.is_empty() {
+        return false;
+    }
+    let got: [u8; 32] = Sha256::digest(token).into();
+    got.iter().zip(want).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+/// The lowercase hex SHA-256 of a token, as `STEPSHIM_TOKEN_SHA256` expects it.
+pub fn token_sha256_hex(token: &str) -> String {
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_only_the_right_bearer_token() {
+        let want: [u8; 32] = Sha256::digest(b"s3cret").into();
+        assert!(check(Some(b"Bearer s3cret"), &want));
+        assert!(check(Some(b"bearer s3cret"), &want));
+        assert!(!check(Some(b"Bearer s3cret2"), &want));
+        assert!(!check(Some(b"Basic s3cret"), &want));
+        assert!(!check(Some(b"Bearer "), &want));
+        assert!(!check(Some(b"Bear"), &want));
+        assert!(!check(None, &want));
+        assert_eq!(token_sha256_hex("s3cret").len(), 64);
+    }
+}

@@ -1,0 +1,267 @@
+//! Shim configuration from `STEPSHIM_*` variables and the equivalent flags, read through one function
+//! that tests feed directly. Invalid configuration is a [`ConfigError`]; `main` turns it into exit 64.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// The shim's settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address to serve on.
+    pub listen: SocketAddr,
+    /// SHA-256 of the bearer token; `None` only with `insecure_no_auth`.
+    pub token_sha256: Option<[u8; 32]>,
+    /// Where output logs spill.
+    pub data_dir: PathBuf,
+    /// Shutdown grace before SIGKILL.
+    pub grace: Duration,
+    /// Drain window after a process is reaped.
+    pub drain: Duration,
+    /// Output bytes kept in memory across all processes.
+    pub memory_bytes: u64,
+    /// Log level filter.
+    pub log_level: tracing::Level,
+}
+
+/// Why the configuration was refused.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// Neither a token hash nor the explicit opt-out was given.
+    #[error(
+        "no token: set STEPSHIM_TOKEN_SHA256 or STEPSHIM_TOKEN_SHA256_FILE (or STEPSHIM_INSECURE_NO_AUTH=1 for local trials)"
+    )]
+    NoToken,
+    /// A setting had an unusable value.
+    #[error("invalid {name}: {reason}")]
+    Invalid {
+        /// The variable's name.
+        name: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A flag the shim does not know.
+    #[error(
+        "unknown argument {0:?} (flags: --listen --token-sha256 --token-sha256-file --insecure-no-auth --data-dir --grace-seconds --drain-seconds --memory-bytes --log)"
+    )]
+    UnknownArgument(String),
+    /// The token file could not be read.
+    #[error("cannot read STEPSHIM_TOKEN_SHA256_FILE {path}: {source}")]
+    TokenFile {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+const VARS: &[(&str, &str)] = &[
+    ("--listen", "STEPSHIM_LISTEN"),
+    ("--token-sha256", "STEPSHIM_TOKEN_SHA256"),
+    ("--token-sha256-file", "STEPSHIM_TOKEN_SHA256_FILE"),
+    ("--insecure-no-auth", "STEPSHIM_INSECURE_NO_AUTH"),
+    ("--data-dir", "STEPSHIM_DATA_DIR"),
+    ("--grace-seconds", "STEPSHIM_GRACE_SECONDS"),
+    ("--drain-seconds", "STEPSHIM_DRAIN_SECONDS"),
+    ("--memory-bytes", "STEPSHIM_MEMORY_BYTES"),
+    ("--log", "STEPSHIM_LOG"),
+];
+
+impl Config {
+    /// Reads the configuration from environment pairs and command-line arguments (without argv[0]).
+    /// Flags (`--name value` or `--name=value`) override variables.
+    pub fn from_sources(
+        env: impl IntoIterator<Item = (String, String)>,
+        args: impl IntoIterator<Item = String>,
+    ) -> Result<Config, ConfigError> {
+        let mut vals: std::collections::HashMap<&'static str, String> = env
+            .into_iter()
+            .filter_map(|(k, v)| VARS.iter().find(|(_, n)| *n == k).map(|(_, n)| (*n, v)))
+            .collect();
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) => (f.to_owned(), Some(v.to_owned())),
+                None => (arg.clone(), None),
+            };
+            let Some((_, var)) = VARS.iter().find(|(f, _)| *f == flag) else {
+                return Err(ConfigError::UnknownArgument(arg));
+            };
+            let value = match inline {
+                Some(v) => v,
+                None if *var == "STEPSHIM_INSECURE_NO_AUTH" => "1".to_owned(),
+                None => args.next().ok_or(ConfigError::Invalid {
+                    name: var,
+                    reason: "missing value".into(),
+                })?,
+            };
+            vals.insert(var, value);
+        }
+        let get = |n: &str| vals.get(n).map(String::as_str).filter(|v| !v.is_empty());
+        let listen = parse(
+            get("STEPSHIM_LISTEN").unwrap_or("0.0.0.0:7777"),
+            "STEPSHIM_LISTEN",
+        )?;
+        let token_sha256 = match (
+            get("STEPSHIM_TOKEN_SHA256"),
+            get("STEPSHIM_TOKEN_SHA256_FILE"),
+        ) {
+            (Some(hex), _) => Some(parse_hex(hex.trim(), "STEPSHIM_TOKEN_SHA256")?),
+            (None, Some(path)) => {
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| ConfigError::TokenFile {
+                        path: path.to_owned(),
+                        source,
+                    })?;
+                Some(parse_hex(text.trim(), "STEPSHIM_TOKEN_SHA256_FILE")?)
+            }
+            (None, None) => match get("STEPSHIM_INSECURE_NO_AUTH") {
+                Some("1") | Some("true") => None,
+                _ => return Err(ConfigError::NoToken),
+            },
+        };
+        let data_dir = PathBuf::from(get("STEPSHIM_DATA_DIR").unwrap_or("/tmp"));
+        if !data_dir.is_absolute() {
+            return Err(ConfigError::Invalid {
+                name: "STEPSHIM_DATA_DIR",
+                reason: "must be absolute".into(),
+            });
+        }
+        let secs = |name: &'static str, default: f64| -> Result<Duration, ConfigError> {
+            let v: f64 = get(name)
+                .map(|s| parse(s, name))
+                .transpose()?
+                .unwrap_or(default);
+            Duration::try_from_secs_f64(v)
+                .ok()
+                .filter(|d| d.as_secs() <= 3600)
+                .ok_or(ConfigError::Invalid {
+                    name,
+                    reason: "must be 0 to 3600 seconds".into(),
+                })
+        };
+        let log_level = match get("STEPSHIM_LOG")
+            .unwrap_or("info")
+            .to_ascii_lowercase()
+            .as_str()
+        {
+            "error" => tracing::Level::ERROR,
+            "warn" => tracing::Level::WARN,
+            "info" => tracing::Level::INFO,
+            "debug" => tracing::Level::DEBUG,
+            "trace" => tracing::Level::TRACE,
+            other => {
+                return Err(ConfigError::Invalid {
+                    name: "STEPSHIM_LOG",
+                    reason: format!("unknown level {other:?}"),
+                });
+            }
+        };
+        Ok(Config {
+            listen,
+            token_sha256,
+            data_dir,
+            grace: secs("STEPSHIM_GRACE_SECONDS", 10.0)?,
+            drain: secs("STEPSHIM_DRAIN_SECONDS", 2.0)?,
+            memory_bytes: get("STEPSHIM_MEMORY_BYTES")
+                .map(|s| parse(s, "STEPSHIM_MEMORY_BYTES"))
+                .transpose()?
+                .unwrap_or(64 << 20),
+            log_level,
+        })
+    }
+}
+
+fn parse<T: std::str::FromStr>(s: &str, name: &'static str) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    s.trim().parse().map_err(|e: T::Err| ConfigError::Invalid {
+        name,
+        reason: format!("{s:?}: {e}"),
+    })
+}
+
+fn parse_hex(s: &str, name: &'static str) -> Result<[u8; 32], ConfigError> {
+    let bad = || ConfigError::Invalid {
+        name,
+        reason: "must be 64 hex digits (a SHA-256)".into(),
+    };
+    if s.len() != 64 || !s.is_ascii() {
+        return Err(bad());
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_need_a_token() {
+        assert!(matches!(
+            Config::from_sources(env(&[]), vec![]),
+            Err(ConfigError::NoToken)
+        ));
+        let c = Config::from_sources(env(&[("STEPSHIM_INSECURE_NO_AUTH", "1")]), vec![]).unwrap();
+        assert_eq!(c.listen.to_string(), "0.0.0.0:7777");
+        assert!(c.token_sha256.is_none());
+        assert_eq!(c.grace, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn flags_override_variables_and_junk_is_refused() {
+        let hex = "ab".repeat(32);
+        let c = Config::from_sources(
+            env(&[
+                ("STEPSHIM_TOKEN_SHA256", &hex),
+                ("STEPSHIM_LISTEN", "127.0.0.1:1"),
+            ]),
+            vec![
+                "--listen=127.0.0.1:2".into(),
+                "--grace-seconds".into(),
+                "0.5".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.listen.port(), 2);
+        assert_eq!(c.token_sha256, Some([0xab; 32]));
+        assert_eq!(c.grace, Duration::from_millis(500));
+        for bad in [
+            env(&[("STEPSHIM_TOKEN_SHA256", "abc")]),
+            env(&[("STEPSHIM_TOKEN_SHA256", &hex), ("STEPSHIM_LISTEN", "nope")]),
+            env(&[
+                ("STEPSHIM_TOKEN_SHA256", &hex),
+                ("STEPSHIM_GRACE_SECONDS", "-1"),
+            ]),
+            env(&[
+                ("STEPSHIM_TOKEN_SHA256", &hex),
+                ("STEPSHIM_DATA_DIR", "relative"),
+            ]),
+            env(&[("STEPSHIM_TOKEN_SHA256_FILE", "/nonexistent/token")]),
+        ] {
+            assert!(Config::from_sources(bad, vec![]).is_err());
+        }
+        assert!(matches!(
+            Config::from_sources(
+                env(&[("STEPSHIM_TOKEN_SHA256", &hex)]),
+                vec!["--bogus".into()]
+            ),
+            Err(ConfigError::UnknownArgument(_))
+        ));
+    }
+}

@@ -1,0 +1,147 @@
+//! The shim's request errors and their single mapping to the wire error body: each variant names its
+//! protocol code, and messages say what the client did wrong without exposing internals.
+
+use protocol::ErrorCode;
+use thiserror::Error;
+
+use crate::files::FilesError;
+
+/// Everything a request can fail with.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// No process has this id.
+    #[error("no process with id {0:?}")]
+    ProcessNotFound(String),
+    /// The id exists with another spec.
+    #[error("process {0:?} exists with a different spec")]
+    SpecConflict(String),
+    /// The executable cannot be found or executed.
+    #[error("cannot execute {path:?}: {source}")]
+    ExecutableNotFound {
+        /// The requested path.
+        path: String,
+        /// The errno of the failed lookup or exec.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The user or directory of a spawn is unusable.
+    #[error("{0}")]
+    InvalidSpawn(String),
+    /// The output offset is not a frame boundary within the log.
+    #[error("offset {offset} is not a frame boundary of the log (its end is {end})")]
+    InvalidOffset {
+        /// Requested offset.
+        offset: u64,
+        /// End of the log.
+        end: u64,
+    },
+    /// Stdin offset beyond what was accepted.
+    #[error("stdin offset {offset} is past the {accepted} bytes accepted so far")]
+    StdinGap {
+        /// Requested offset.
+        offset: u64,
+        /// Bytes accepted.
+        accepted: u64,
+    },
+    /// New stdin bytes after EOF, or the process closed its stdin.
+    #[error("stdin is closed after {accepted} bytes")]
+    StdinClosed {
+        /// Bytes accepted.
+        accepted: u64,
+    },
+    /// The process was spawned without stdin.
+    #[error("process was spawned without stdin")]
+    NoStdin,
+    /// The process has exited.
+    #[error("process {0:?} is not running")]
+    NotRunning(String),
+    /// The process is running (delete without force).
+    #[error("process {0:?} is still running; use force=1 to kill it")]
+    StillRunning(String),
+    /// The process has no tty.
+    #[error("process has no tty")]
+    NoTty,
+    /// Unknown signal.
+    #[error("unknown signal {0}")]
+    InvalidSignal(String),
+    /// Body is not valid JSON for the route.
+    #[error("invalid JSON body: {0}")]
+    InvalidJson(String),
+    /// Malformed query or header.
+    #[error("{0}")]
+    BadRequest(String),
+    /// Malformed process id.
+    #[error("process ids must match [A-Za-z0-9._-]{{1,128}}")]
+    InvalidId,
+    /// No such route.
+    #[error("no route {0}")]
+    NoRoute(String),
+    /// Wrong method; the payload is the allowed list.
+    #[error("method not allowed; allowed: {0}")]
+    MethodNotAllowed(&'static str),
+    /// Bad or missing token.
+    #[error("missing or invalid bearer token")]
+    Unauthorized,
+    /// Body over the limit.
+    #[error("request body larger than {0} bytes")]
+    BodyTooLarge(usize),
+    /// A files route failed.
+    #[error(transparent)]
+    Files(#[from] FilesError),
+    /// Shutting down, or out of a resource.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The shim failed; `context` says at what, the source stays in the shim's log.
+    #[error("internal error: {context}")]
+    Internal {
+        /// What the shim was doing.
+        context: &'static str,
+        /// The cause, logged, never sent.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// The protocol code, which also fixes the HTTP status.
+    pub fn code(&self) -> ErrorCode {
+        use Error::*;
+        match self {
+            ProcessNotFound(_) => ErrorCode::ProcessNotFound,
+            SpecConflict(_) => ErrorCode::SpecConflict,
+            ExecutableNotFound { .. } => ErrorCode::ExecutableNotFound,
+            InvalidSpawn(_) => ErrorCode::InvalidSpawn,
+            InvalidOffset { .. } => ErrorCode::InvalidOffset,
+            StdinGap { .. } => ErrorCode::StdinGap,
+            StdinClosed { .. } => ErrorCode::StdinClosed,
+            NoStdin => ErrorCode::NoStdin,
+            NotRunning(_) => ErrorCode::NotRunning,
+            StillRunning(_) => ErrorCode::StillRunning,
+            NoTty => ErrorCode::NoTty,
+            InvalidSignal(_) => ErrorCode::InvalidSignal,
+            InvalidJson(_) => ErrorCode::InvalidJson,
+            BadRequest(_) => ErrorCode::BadRequest,
+            InvalidId => ErrorCode::InvalidId,
+            NoRoute(_) => ErrorCode::NoRoute,
+            MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
+            Unauthorized => ErrorCode::Unauthorized,
+            BodyTooLarge(_) => ErrorCode::BodyTooLarge,
+            Files(FilesError::InvalidPath(_)) => ErrorCode::InvalidPath,
+            Files(FilesError::NotFound(_)) => ErrorCode::FileNotFound,
+            Files(FilesError::InvalidTar(_)) => ErrorCode::InvalidTar,
+            Files(FilesError::Io { .. }) => ErrorCode::Internal,
+            Unavailable(_) => ErrorCode::Unavailable,
+            Internal { .. } => ErrorCode::Internal,
+        }
+    }
+
+    /// The error body sent to the client.
+    pub fn body(&self) -> protocol::ErrorBody {
+        self.code().body(self.to_string())
+    }
+
+    /// An internal error with context.
+    pub fn internal(context: &'static str, source: std::io::Error) -> Self {
+        Error::Internal { context, source }
+    }
+}

@@ -1,0 +1,218 @@
+//! The HTTP side of the shim: accepts connections (TCP_NODELAY, header timeout), authenticates, routes
+//! each request to its handler, maps errors to the protocol's JSON bodies and counts requests.
+
+mod body;
+mod files;
+mod output;
+mod process;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use http::{Method, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use protocol::routes::{Route, RouteError};
+use tokio::net::TcpListener;
+use tracing::{debug, warn};
+
+use crate::error::Error;
+use crate::metrics::Metrics;
+use crate::table::Table;
+pub use body::Body;
+
+/// Time a client has to send a request's headers; bounds slow-header connections.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Shared state of the HTTP side.
+#[derive(Debug)]
+pub struct App {
+    /// The processes.
+    pub table: Arc<Table>,
+    /// SHA-256 of the token; `None` runs without authentication.
+    pub token_sha256: Option<[u8; 32]>,
+    /// Counters.
+    pub metrics: Metrics,
+    /// Reported by `/v1/info`.
+    pub boot_id: String,
+    /// Whether extracted files keep their owners (the shim runs as root).
+    pub same_owner: bool,
+    shutting_down: AtomicBool,
+}
+
+impl App {
+    /// The shared state.
+    pub fn new(
+        table: Arc<Table>,
+        token_sha256: Option<[u8; 32]>,
+        boot_id: String,
+        same_owner: bool,
+    ) -> Self {
+        App {
+            table,
+            token_sha256,
+            metrics: Metrics::default(),
+            boot_id,
+            same_owner,
+            shutting_down: AtomicBool::new(false),
+        }
+    }
+
+    /// From now on, `/healthz` answers 503 and spawns are refused.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+        self.table.close();
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+}
+
+/// Accepts connections until `stop` resolves; connections already open keep being served.
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning; never give up serving.
+                    warn!(cause = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => return,
+        };
+        if let Err(e) = stream.set_nodelay(true) {
+            debug!(cause = %e, "set_nodelay");
+        }
+        let app = app.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let app = app.clone();
+                async move { Ok::<_, Infallible>(handle(app, req).await) }
+            });
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = conn.await {
+                debug!(%peer, cause = %e, "connection ended with an error");
+            }
+        });
+    }
+}
+
+/// Answers one request.
+pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    let route = Route::parse(&path);
+    let label = route.as_ref().map_or("unknown", Route::label);
+    let response = match dispatch(&app, route, req).await {
+        Ok(r) => r,
+        Err(e) => {
+            if let Error::Internal { context, source } = &e {
+                warn!(context, cause = %source, "request failed");
+            }
+            body::error(&e)
+        }
+    };
+    app.metrics.request(label, response.status().as_u16());
+    response
+}
+
+async fn dispatch(
+    app: &Arc<App>,
+    route: Result<Route<'_>, RouteError>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Error> {
+    if matches!(route, Ok(Route::Healthz)) {
+        return Ok(if app.is_shutting_down() {
+            body::empty(StatusCode::SERVICE_UNAVAILABLE)
+        } else {
+            Response::new(body::full("ok\n"))
+        });
+    }
+    if let Some(want) = &app.token_sha256 {
+        let header = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(|v| v.as_bytes());
+        if !crate::auth::check(header, want) {
+            return Err(Error::Unauthorized);
+        }
+    }
+    let route = match route {
+        Ok(r) => r,
+        Err(RouteError::InvalidId) => return Err(Error::InvalidId),
+        Err(RouteError::NotFound) => return Err(Error::NoRoute(req.uri().path().to_owned())),
+    };
+    let q = body::Query::parse(req.uri().query())?;
+    let method = req.method().clone();
+    let only = |m: Method, allow: &'static str| {
+        if method == m {
+            Ok(())
+        } else {
+            Err(Error::MethodNotAllowed(allow))
+        }
+    };
+    match route {
+        Route::Healthz => unreachable_healthz(),
+        Route::Info => {
+            only(Method::GET, "GET")?;
+            let info = protocol::Info {
+                protocol: protocol::PROTOCOL_VERSION,
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                boot_id: app.boot_id.clone(),
+            };
+            Ok(body::json(StatusCode::OK, &info))
+        }
+        Route::Metrics => {
+            only(Method::GET, "GET")?;
+            let mut r = Response::new(body::full(app.metrics.render(&app.table)));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            Ok(r)
+        }
+        Route::Processes => {
+            only(Method::GET, "GET")?;
+            Ok(process::list(app))
+        }
+        Route::Process(id) => process::process(app, id, req, &q).await,
+        Route::Output(id) => {
+            only(Method::GET, "GET")?;
+            output::handle(app, id, &q)
+        }
+        Route::Stdin(id) => {
+            only(Method::POST, "POST")?;
+            process::stdin(app, id, req, &q).await
+        }
+        Route::Signal(id) => {
+            only(Method::POST, "POST")?;
+            process::signal(app, id, req).await
+        }
+        Route::Resize(id) => {
+            only(Method::POST, "POST")?;
+            process::resize(app, id, req).await
+        }
+        Route::Files => files::handle(req, &q, app.same_owner).await,
+    }
+}
+
+/// `/healthz` is answered before authentication; this arm exists only to keep the match exhaustive.
+fn unreachable_healthz() -> Result<Response<Body>, Error> {
+    Ok(Response::new(body::full("ok\n")))
+}

@@ -1,0 +1,110 @@
+//! Handlers of the process routes: spawn, status and wait, list, stdin, signal, resize and delete.
+//! Each parses its input and calls the process table; the table and the processes hold the logic.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use protocol::{ProcessList, ResizeRequest, SignalRequest, SpawnRequest};
+
+use super::App;
+use super::body::{Body, Query, empty, json, read_json};
+use crate::error::Error;
+
+/// Longest `wait` a status request may hold.
+const MAX_WAIT: Duration = Duration::from_secs(300);
+
+/// `GET /v1/processes`
+pub fn list(app: &App) -> Response<Body> {
+    let processes = app.table.list().iter().map(|p| p.snapshot()).collect();
+    json(StatusCode::OK, &ProcessList { processes })
+}
+
+/// `/v1/processes/{id}`: PUT spawns, GET reads (optionally waiting), DELETE forgets.
+pub async fn process(
+    app: &Arc<App>,
+    id: &str,
+    req: Request<Incoming>,
+    q: &Query,
+) -> Result<Response<Body>, Error> {
+    match *req.method() {
+        Method::PUT => {
+            if app.is_shutting_down() {
+                return Err(Error::Unavailable("the shim is shutting down".into()));
+            }
+            let spec: SpawnRequest = read_json(req.into_body()).await?;
+            let (proc, created) = app.table.spawn(id, spec).await?;
+            let status = if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            Ok(json(status, &proc.snapshot()))
+        }
+        Method::GET => {
+            let proc = app.table.get(id)?;
+            if let Some(wait) = q.get("wait") {
+                let secs: f64 = wait
+                    .parse()
+                    .ok()
+                    .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+                    .ok_or_else(|| Error::BadRequest("wait must be a number of seconds".into()))?;
+                proc.wait(Duration::from_secs_f64(secs.min(MAX_WAIT.as_secs_f64())))
+                    .await;
+            }
+            Ok(json(StatusCode::OK, &proc.snapshot()))
+        }
+        Method::DELETE => {
+            app.table.delete(id, q.flag("force"))?;
+            Ok(empty(StatusCode::NO_CONTENT))
+        }
+        _ => Err(Error::MethodNotAllowed("GET, PUT, DELETE")),
+    }
+}
+
+/// `POST /v1/processes/{id}/stdin`
+pub async fn stdin(
+    app: &App,
+    id: &str,
+    req: Request<Incoming>,
+    q: &Query,
+) -> Result<Response<Body>, Error> {
+    let proc = app.table.get(id)?;
+    let stdin = proc.stdin.as_ref().ok_or(Error::NoStdin)?;
+    let offset = q
+        .get("offset")
+        .ok_or_else(|| Error::BadRequest("offset is required".into()))?;
+    let offset = offset
+        .parse()
+        .map_err(|_| Error::BadRequest("offset must be a non-negative integer".into()))?;
+    let ack = stdin
+        .write(
+            offset,
+            req.into_body(),
+            q.flag("eof"),
+            proc.is_running(),
+            &proc.id,
+        )
+        .await?;
+    Ok(json(StatusCode::OK, &ack))
+}
+
+/// `POST /v1/processes/{id}/signal`
+pub async fn signal(app: &App, id: &str, req: Request<Incoming>) -> Result<Response<Body>, Error> {
+    let proc = app.table.get(id)?;
+    let body: SignalRequest = read_json(req.into_body()).await?;
+    let sig = protocol::signal::parse(&body.signal).ok_or_else(|| {
+        Error::InvalidSignal(serde_json::to_string(&body.signal).unwrap_or_default())
+    })?;
+    proc.signal(sig)?;
+    Ok(json(StatusCode::OK, &proc.snapshot()))
+}
+
+/// `POST /v1/processes/{id}/resize`
+pub async fn resize(app: &App, id: &str, req: Request<Incoming>) -> Result<Response<Body>, Error> {
+    let proc = app.table.get(id)?;
+    let size: ResizeRequest = read_json(req.into_body()).await?;
+    proc.resize(size.cols, size.rows)?;
+    Ok(json(StatusCode::OK, &proc.snapshot()))
+}

@@ -1,0 +1,132 @@
+//! Counters and gauges of the shim, rendered as Prometheus text for `GET /metrics`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use crate::table::Table;
+
+/// Request and stream counters; process and byte figures come from the table at render time.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
+    streams: AtomicI64,
+    /// Output requests that started past offset 0.
+    pub resumes: AtomicU64,
+}
+
+/// Counts an open output stream until dropped.
+#[derive(Debug)]
+pub struct StreamGuard<'a>(&'a Metrics);
+
+impl Drop for StreamGuard<'_> {
+    fn drop(&mut self) {
+        self.0.streams.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Metrics {
+    /// Records one answered request.
+    pub fn request(&self, route: &'static str, status: u16) {
+        *self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((route, status))
+            .or_default() += 1;
+    }
+
+    /// Marks an output stream open for the guard's lifetime.
+    pub fn stream(&self) -> StreamGuard<'_> {
+        self.streams.fetch_add(1, Ordering::Relaxed);
+        StreamGuard(self)
+    }
+
+    /// Output streams open now.
+    pub fn open_streams(&self) -> i64 {
+        self.streams.load(Ordering::Relaxed)
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self, table: &Table) -> String {
+        let (running, exited) = table.counts();
+        let mut out = String::with_capacity(2048);
+        let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, String)]| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (labels, value) in samples {
+                let _ = writeln!(out, "{name}{labels} {value}");
+            }
+        };
+        metric(
+            "stepshim_processes",
+            "gauge",
+            "Processes remembered, by state.",
+            &[
+                ("{state=\"running\"}", running.to_string()),
+                ("{state=\"exited\"}", exited.to_string()),
+            ],
+        );
+        metric(
+            "stepshim_processes_spawned_total",
+            "counter",
+            "Processes started since boot.",
+            &[("", table.spawned.load(Ordering::Relaxed).to_string())],
+        );
+        metric(
+            "stepshim_orphans_reaped_total",
+            "counter",
+            "Children reaped that no process claimed.",
+            &[("", table.orphans.load(Ordering::Relaxed).to_string())],
+        );
+        metric(
+            "stepshim_output_bytes",
+            "gauge",
+            "Bytes of output logs kept, by where.",
+            &[
+                (
+                    "{where=\"memory\"}",
+                    table.budget.memory_bytes().to_string(),
+                ),
+                ("{where=\"disk\"}", table.budget.disk_bytes().to_string()),
+            ],
+        );
+        metric(
+            "stepshim_output_streams",
+            "gauge",
+            "Output responses open now.",
+            &[("", self.open_streams().to_string())],
+        );
+        metric(
+            "stepshim_output_resumes_total",
+            "counter",
+            "Output requests with a non-zero offset.",
+            &[("", self.resumes.load(Ordering::Relaxed).to_string())],
+        );
+        let requests = self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let samples: Vec<(String, String)> = requests
+            .iter()
+            .map(|((route, status), n)| {
+                (
+                    format!("{{route=\"{route}\",status=\"{status}\"}}"),
+                    n.to_string(),
+                )
+            })
+            .collect();
+        let refs: Vec<(&str, String)> = samples
+            .iter()
+            .map(|(l, v)| (l.as_str(), v.clone()))
+            .collect();
+        metric(
+            "stepshim_http_requests_total",
+            "counter",
+            "Requests answered, by route and status.",
+            &refs,
+        );
+        out
+    }
+}

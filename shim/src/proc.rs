@@ -1,0 +1,152 @@
+//! One process the shim started: its spec, pid, output log, stdin and terminal, and how it ended.
+//!
+//! Lifecycle: spawned (running) → reaped by the reaper (exit known, pid no longer ours) → drained by
+//! its pump, which appends the exit frame (exited). Clients see `exited` only after the last step, so
+//! `exited` always means the log is complete.
+
+use std::os::fd::OwnedFd;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use protocol::{Exit, FrameType, SpawnRequest, State};
+use tokio::sync::oneshot;
+
+use crate::clock::rfc3339;
+use crate::error::Error;
+use crate::log::OutputLog;
+use crate::stdin::Stdin;
+
+/// A started process.
+#[derive(Debug)]
+pub struct Proc {
+    /// The client's id.
+    pub id: String,
+    /// The spec it was spawned with, defaults applied (compared for idempotent spawns).
+    pub spec: SpawnRequest,
+    /// Its pid, process group and session id.
+    pub pid: i32,
+    /// When it was started.
+    pub started_at: SystemTime,
+    /// Its output.
+    pub log: OutputLog,
+    /// Its stdin, when spawned with `stdin` or a tty.
+    pub stdin: Option<Stdin>,
+    /// A handle on its pty master, for resize.
+    pub tty: Option<OwnedFd>,
+    /// Set by the pump with the exit frame.
+    exit: Mutex<Option<(Exit, SystemTime)>>,
+    /// Hands the reaped status to the pump; taken once.
+    reaped_tx: Mutex<Option<oneshot::Sender<Exit>>>,
+    /// The reaper has collected the pid: it may belong to another process now, never signal it.
+    reaped: AtomicBool,
+}
+
+impl Proc {
+    /// A running process; the receiver goes to its pump.
+    pub fn new(
+        id: String,
+        spec: SpawnRequest,
+        pid: i32,
+        log: OutputLog,
+        stdin: Option<Stdin>,
+        tty: Option<OwnedFd>,
+    ) -> (Self, oneshot::Receiver<Exit>) {
+        let (tx, rx) = oneshot::channel();
+        let proc = Proc {
+            id,
+            spec,
+            pid,
+            started_at: SystemTime::now(),
+            log,
+            stdin,
+            tty,
+            exit: Mutex::new(None),
+            reaped_tx: Mutex::new(Some(tx)),
+            reaped: AtomicBool::new(false),
+        };
+        (proc, rx)
+    }
+
+    /// Called by the table when the reaper collected this pid.
+    pub fn on_reaped(&self, exit: Exit) {
+        self.reaped.store(true, Ordering::Release);
+        if let Some(tx) = self
+            .reaped_tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = tx.send(exit);
+        }
+    }
+
+    /// Called by the pump after draining: records the exit and appends the exit frame.
+    pub fn finish(&self, exit: Exit) -> std::io::Result<()> {
+        *self.exit.lock().unwrap_or_else(|e| e.into_inner()) = Some((exit, SystemTime::now()));
+        let json = serde_json::to_vec(&exit).map_err(std::io::Error::other)?;
+        self.log.append(FrameType::Exit, &json)
+    }
+
+    /// Whether the exit frame is not yet written.
+    pub fn is_running(&self) -> bool {
+        !self.log.state().complete
+    }
+
+    /// The protocol view of the process.
+    pub fn snapshot(&self) -> protocol::Process {
+        let exit = *self.exit.lock().unwrap_or_else(|e| e.into_inner());
+        let state = self.log.state();
+        let (exit, exited_at) = match (state.complete, exit) {
+            (true, Some((e, at))) => (Some(e), Some(rfc3339(at))),
+            _ => (None, None),
+        };
+        protocol::Process {
+            id: self.id.clone(),
+            pid: self.pid,
+            state: if exit.is_some() {
+                State::Exited
+            } else {
+                State::Running
+            },
+            exit,
+            started_at: rfc3339(self.started_at),
+            exited_at,
+            output_end: state.end,
+            stdin_offset: self.stdin.as_ref().map_or(0, Stdin::offset),
+            stdin_closed: self.stdin.as_ref().is_some_and(Stdin::closed),
+            tty: self.tty.is_some(),
+        }
+    }
+
+    /// Waits until the process has exited (exit frame written) or `timeout` passes.
+    pub async fn wait(&self, timeout: Duration) {
+        let mut rx = self.log.subscribe();
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|s| s.complete || s.freed)).await;
+    }
+
+    /// Sends `sig` to the process group, unless the process has been reaped.
+    pub fn signal(&self, sig: i32) -> Result<(), Error> {
+        if self.reaped.load(Ordering::Acquire) || !self.is_running() {
+            return Err(Error::NotRunning(self.id.clone()));
+        }
+        match crate::sys::kill_group(self.pid, sig) {
+            Ok(()) => Ok(()),
+            // The whole group is gone but the reaper has not routed the exit yet.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                Err(Error::NotRunning(self.id.clone()))
+            }
+            Err(e) => Err(Error::internal("signalling the process group", e)),
+        }
+    }
+
+    /// Resizes the terminal.
+    pub fn resize(&self, cols: u16, rows: u16) -> Result<(), Error> {
+        let tty = self.tty.as_ref().ok_or(Error::NoTty)?;
+        if !self.is_running() {
+            return Err(Error::NotRunning(self.id.clone()));
+        }
+        crate::sys::set_winsize(tty, cols, rows)
+            .map_err(|e| Error::internal("resizing the terminal", e))
+    }
+}

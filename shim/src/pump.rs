@@ -1,0 +1,154 @@
+//! The pump of one process: reads its stdout and stderr (or its terminal) into the output log as fast
+//! as they produce, waits for the reaper's news of its exit, drains the pipes for a bounded window, and
+//! writes the exit frame. If the log cannot take a frame (spill disk full) it stops reading, so the
+//! process blocks on its own writes instead of losing output.
+
+use std::cell::RefCell;
+use std::fs::File;
+use std::io::{self, Read};
+use std::sync::Arc;
+use std::time::Duration;
+
+use protocol::{Exit, FrameType};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::oneshot;
+use tokio::time::{Instant, sleep_until};
+use tracing::{debug, warn};
+
+use crate::log::OutputLog;
+use crate::proc::Proc;
+
+/// Largest read from a pipe, hence largest frame payload the shim writes.
+const READ_SIZE: usize = 64 * 1024;
+
+thread_local! {
+    /// One read buffer per runtime thread: a read and its append happen without an await between
+    /// them, so the buffer is never shared, and 2,000 quiet processes do not cost 2,000 buffers.
+    static BUF: RefCell<Vec<u8>> = RefCell::new(vec![0; READ_SIZE]);
+}
+
+/// The parent's ends of a process's output.
+#[derive(Debug)]
+pub enum Sources {
+    /// Read ends of the stdout and stderr pipes.
+    Pipes {
+        /// stdout
+        out: AsyncFd<File>,
+        /// stderr
+        err: AsyncFd<File>,
+    },
+    /// The pty master.
+    Tty(AsyncFd<File>),
+}
+
+enum Outcome {
+    Data,
+    Eof,
+    /// The log refused the bytes; they must be appended before anything else is read.
+    Stalled(Vec<u8>, io::Error),
+}
+
+/// Runs the pump until the exit frame is written.
+pub async fn run(
+    proc: Arc<Proc>,
+    sources: Sources,
+    reaped: oneshot::Receiver<Exit>,
+    drain: Duration,
+) {
+    let (mut a, mut b) = match sources {
+        Sources::Pipes { out, err } => (
+            Some((out, FrameType::Stdout)),
+            Some((err, FrameType::Stderr)),
+        ),
+        Sources::Tty(master) => (Some((master, FrameType::Stdout)), None),
+    };
+    let mut reaped = reaped;
+    let mut exit: Option<Exit> = None;
+    let mut deadline: Option<Instant> = None;
+    while a.is_some() || b.is_some() || exit.is_none() {
+        tokio::select! {
+            out = pump_once(a.as_ref(), &proc.log), if a.is_some() => {
+                if handle(&proc, out, a.as_ref().map(|s| s.1)).await { a = None; }
+            }
+            out = pump_once(b.as_ref(), &proc.log), if b.is_some() => {
+                if handle(&proc, out, b.as_ref().map(|s| s.1)).await { b = None; }
+            }
+            got = &mut reaped, if exit.is_none() => {
+                // The sender lives in the Proc we hold, so it is never dropped unsent.
+                let e = got.unwrap_or(Exit::code(255));
+                exit = Some(e);
+                deadline = Some(Instant::now() + drain);
+            }
+            _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                debug!(id = %proc.id, pid = proc.pid, "drain window over; closing output with writers left");
+                break;
+            }
+        }
+    }
+    drop((a, b));
+    let exit = exit.unwrap_or(Exit::code(255));
+    let mut warned = false;
+    while let Err(e) = proc.finish(exit) {
+        if !warned {
+            warn!(id = %proc.id, cause = %e, "cannot write exit frame; retrying");
+            warned = true;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Returns true at end of file.
+async fn handle(
+    proc: &Proc,
+    out: io::Result<(Outcome, FrameType)>,
+    kind: Option<FrameType>,
+) -> bool {
+    match out {
+        Ok((Outcome::Data, _)) => false,
+        Ok((Outcome::Eof, _)) => true,
+        Ok((Outcome::Stalled(data, cause), kind)) => {
+            warn!(id = %proc.id, %cause, "output log cannot take more; holding the process's pipes");
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if proc.log.append(kind, &data).is_ok() {
+                    return false;
+                }
+            }
+        }
+        Err(e) => {
+            warn!(id = %proc.id, ?kind, cause = %e, "reading process output failed; treating as end of file");
+            true
+        }
+    }
+}
+
+async fn pump_once(
+    src: Option<&(AsyncFd<File>, FrameType)>,
+    log: &OutputLog,
+) -> io::Result<(Outcome, FrameType)> {
+    let Some((fd, kind)) = src else {
+        return std::future::pending().await;
+    };
+    loop {
+        let mut ready = fd.readable().await?;
+        let res = ready.try_io(|f| {
+            BUF.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                match f.get_ref().read(&mut buf) {
+                    Ok(0) => Ok(Outcome::Eof),
+                    Ok(n) => Ok(match log.append(*kind, &buf[..n]) {
+                        Ok(()) => Outcome::Data,
+                        Err(e) => Outcome::Stalled(buf[..n].to_vec(), e),
+                    }),
+                    // A pty master reports EIO once every holder of the slave side has closed it.
+                    Err(e) if e.raw_os_error() == Some(libc::EIO) => Ok(Outcome::Eof),
+                    Err(e) => Err(e),
+                }
+            })
+        });
+        match res {
+            Ok(r) => return r.map(|o| (o, *kind)),
+            Err(_would_block) => continue,
+        }
+    }
+}

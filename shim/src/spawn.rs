@@ -1,0 +1,263 @@
+//! Turns a spawn request into a running child: validates and normalizes the spec, resolves the
+//! executable, user, environment and directory, creates pipes or a pty, forks, and waits (without
+//! blocking the runtime) for the child's exec to succeed or report why it failed.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use protocol::SpawnRequest;
+use tokio::io::unix::AsyncFd;
+
+use crate::error::Error;
+use crate::pump::Sources;
+use crate::stdin::Stdin;
+use crate::sys::{self, ChildStdio, Exec, Stage};
+
+/// `PATH` used to find a bare executable name when the process's environment has none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The parent's handles on a child that exec'd successfully.
+#[derive(Debug)]
+pub struct Started {
+    /// The child's pid.
+    pub pid: i32,
+    /// Its output.
+    pub sources: Sources,
+    /// Its stdin, if any.
+    pub stdin: Option<Stdin>,
+    /// A handle on its pty master, if any.
+    pub tty: Option<OwnedFd>,
+}
+
+/// What a failed spawn leaves behind.
+#[derive(Debug)]
+pub struct Failed {
+    /// Pid of a child that was forked and must be reaped and ignored, if one was.
+    pub pid: Option<i32>,
+    /// The error for the client.
+    pub error: Error,
+}
+
+impl From<Error> for Failed {
+    fn from(error: Error) -> Self {
+        Failed { pid: None, error }
+    }
+}
+
+fn cstring(s: &str, what: &str) -> Result<CString, Error> {
+    CString::new(s).map_err(|_| Error::InvalidJson(format!("{what} contains a NUL byte")))
+}
+
+/// The environment of a process: `base` overlaid with the request's `K=V` entries, later ones winning.
+pub fn environment(
+    base: &[(String, String)],
+    overlay: &[String],
+) -> Result<Vec<(String, String)>, Error> {
+    let mut env: Vec<(String, String)> = base.to_vec();
+    let mut index: HashMap<String, usize> = env
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (k.clone(), i))
+        .collect();
+    for entry in overlay {
+        let (k, v) = entry
+            .split_once('=')
+            .filter(|(k, _)| !k.is_empty())
+            .ok_or_else(|| Error::InvalidJson(format!("env entry {entry:?} is not KEY=VALUE")))?;
+        match index.get(k) {
+            Some(&i) => env[i].1 = v.to_owned(),
+            None => {
+                index.insert(k.to_owned(), env.len());
+                env.push((k.to_owned(), v.to_owned()));
+            }
+        }
+    }
+    Ok(env)
+}
+
+/// Finds the executable: a path with `/` as is, else the first executable file on `PATH`.
+pub fn resolve_executable(path: &str, env: &[(String, String)]) -> Result<PathBuf, Error> {
+    let not_found = |e: io::Error| Error::ExecutableNotFound {
+        path: path.to_owned(),
+        source: e,
+    };
+    if path.is_empty() {
+        return Err(not_found(io::Error::from_raw_os_error(libc::ENOENT)));
+    }
+    if path.contains('/') {
+        return Ok(PathBuf::from(path));
+    }
+    let search = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or(DEFAULT_PATH, |(_, v)| v.as_str());
+    search
+        .split(':')
+        .map(|dir| Path::new(if dir.is_empty() { "." } else { dir }).join(path))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .ok_or_else(|| not_found(io::Error::from_raw_os_error(libc::ENOENT)))
+}
+
+/// Starts the process described by `spec` with the shim's `base_env`.
+pub async fn start(spec: &SpawnRequest, base_env: &[(String, String)]) -> Result<Started, Failed> {
+    let env = environment(base_env, &spec.env)?;
+    let exe = resolve_executable(&spec.path, &env)?;
+    let creds = match &spec.user {
+        Some(u) => Some(crate::user::resolve(u, Path::new("/")).map_err(Error::InvalidSpawn)?),
+        None => None,
+    };
+    if let Some(dir) = &spec.dir {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Error::InvalidSpawn(format!("cannot create working directory {dir:?}: {e}"))
+        })?;
+    }
+    let mut argv = vec![cstring(&spec.path, "path")?];
+    for a in &spec.args {
+        argv.push(cstring(a, "args")?);
+    }
+    let envp = env
+        .iter()
+        .map(|(k, v)| cstring(&format!("{k}={v}"), "env"))
+        .collect::<Result<_, _>>()?;
+    let exe_c = cstring(&exe.to_string_lossy(), "path")?;
+    let dir = spec.dir.as_deref().map(|d| cstring(d, "dir")).transpose()?;
+    let io_err = |context| move |e| Error::internal(context, e);
+
+    let (stdio, sources, stdin, tty) = match spec.tty {
+        Some(size) => {
+            let (master, slave) =
+                sys::openpty(size.cols, size.rows).map_err(io_err("opening a pty"))?;
+            sys::set_nonblocking(&master, true).map_err(io_err("configuring the pty"))?;
+            let reader = master.try_clone().map_err(io_err("duplicating the pty"))?;
+            let writer = master.try_clone().map_err(io_err("duplicating the pty"))?;
+            let sources = Sources::Tty(
+                crate::sys::async_fd(File::from(reader)).map_err(io_err("polling the pty"))?,
+            );
+            let stdin = Stdin::new(File::from(writer), true).map_err(io_err("polling the pty"))?;
+            (
+                ChildStdio::Tty { slave },
+                sources,
+                Some(stdin),
+                Some(master),
+            )
+        }
+        None => {
+            let (out_r, out_w) = sys::pipe().map_err(io_err("creating pipes"))?;
+            let (err_r, err_w) = sys::pipe().map_err(io_err("creating pipes"))?;
+            let (child_in, stdin) = if spec.stdin {
+                let (r, w) = sys::pipe().map_err(io_err("creating pipes"))?;
+                sys::set_nonblocking(&w, true).map_err(io_err("configuring pipes"))?;
+                (
+                    r,
+                    Some(Stdin::new(File::from(w), false).map_err(io_err("polling pipes"))?),
+                )
+            } else {
+                (
+                    OwnedFd::from(File::open("/dev/null").map_err(io_err("opening /dev/null"))?),
+                    None,
+                )
+            };
+            let watch = |fd: OwnedFd| -> Result<AsyncFd<File>, Error> {
+                sys::set_nonblocking(&fd, true).map_err(io_err("configuring pipes"))?;
+                crate::sys::async_fd(File::from(fd)).map_err(io_err("polling pipes"))
+            };
+            let sources = Sources::Pipes {
+                out: watch(out_r)?,
+                err: watch(err_r)?,
+            };
+            (
+                ChildStdio::Fds {
+                    stdin: child_in,
+                    stdout: out_w,
+                    stderr: err_w,
+                },
+                sources,
+                stdin,
+                None,
+            )
+        }
+    };
+    let exec = Exec {
+        path: exe_c,
+        argv,
+        envp,
+        dir,
+        creds,
+        stdio,
+    };
+    let forked = sys::fork_exec(&exec).map_err(|e| match e.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::ENOMEM) => Error::Unavailable(format!("cannot fork: {e}")),
+        _ => Error::internal("forking", e),
+    })?;
+    // The child has its copies; closing ours lets the pumps see EOF when the child's side closes.
+    drop(exec);
+    let pid = forked.pid;
+    let status = exec_status(forked.status_pipe).await.map_err(|e| Failed {
+        pid: Some(pid),
+        error: Error::internal("reading the exec status", e),
+    })?;
+    if let Some((stage, err)) = sys::decode_exec_status(&status) {
+        let error = match stage {
+            Stage::Exec => match err.raw_os_error() {
+                Some(
+                    libc::ENOENT
+                    | libc::EACCES
+                    | libc::ENOEXEC
+                    | libc::ENOTDIR
+                    | libc::ELOOP
+                    | libc::ENAMETOOLONG
+                    | libc::EISDIR
+                    | libc::ETXTBSY
+                    | libc::EPERM,
+                ) => Error::ExecutableNotFound {
+                    path: spec.path.clone(),
+                    source: err,
+                },
+                _ => Error::InvalidSpawn(format!("cannot execute {:?}: {err}", spec.path)),
+            },
+            Stage::Credentials => {
+                Error::InvalidSpawn(format!("cannot switch to user {:?}: {err}", spec.user))
+            }
+            Stage::Chdir => {
+                Error::InvalidSpawn(format!("cannot enter directory {:?}: {err}", spec.dir))
+            }
+            Stage::Setup => Error::internal("setting up the child", err),
+        };
+        return Err(Failed {
+            pid: Some(pid),
+            error,
+        });
+    }
+    Ok(Started {
+        pid,
+        sources,
+        stdin,
+        tty,
+    })
+}
+
+/// Reads the exec-status pipe to EOF without blocking the runtime.
+async fn exec_status(fd: OwnedFd) -> io::Result<Vec<u8>> {
+    sys::set_nonblocking(&fd, true)?;
+    let fd = crate::sys::async_fd(File::from(fd))?;
+    let mut out = Vec::new();
+    loop {
+        let mut ready = fd.readable().await?;
+        let mut buf = [0u8; 16];
+        match ready.try_io(|f| f.get_ref().read(&mut buf)) {
+            Ok(Ok(0)) => return Ok(out),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_would_block) => {}
+        }
+    }
+}
