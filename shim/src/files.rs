@@ -1,10 +1,12 @@
 //! Files in and out (PROTOCOL.md 4.8): extracting an untrusted tar stream under a directory
 //! ([`extract`], in `files/unpack.rs`) and writing a tar stream of a path ([`archive`], in
-//! `files/pack.rs`). This file owns the error type and the checks on the paths a request names.
+//! `files/pack.rs`). This file owns the error type and the checks on paths: the one a request names
+//! and the names inside a tar stream.
 //!
 //! Both directions are synchronous `std::io`: the HTTP layer runs them in `spawn_blocking` with the
 //! request body bridged to a `Read` and the response to a `Write`. Memory stays bounded whatever the
-//! size of the files: contents are streamed through a fixed buffer, never held whole.
+//! size of the files: contents are streamed through a fixed buffer, never held whole; only a small
+//! record per directory (extracting) or per multiply-linked file (archiving) is remembered.
 //!
 //! The tar stream of an extraction is hostile input. The invariant is that nothing is ever created,
 //! modified or linked outside the target directory; see `unpack.rs` for how each entry is checked.
@@ -14,6 +16,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
+mod meta;
 mod pack;
 mod unpack;
 
