@@ -1,0 +1,296 @@
+//! A typed async client for one shim's HTTP API (`protocol/PROTOCOL.md`): the only way the controller
+//! touches processes. Output can be followed with automatic resume from the last whole frame, so a
+//! broken connection loses and repeats nothing.
+
+mod error;
+mod output;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{Client, connect::HttpConnector};
+use hyper_util::rt::TokioExecutor;
+use protocol::routes::{self, percent_encode, process_path, process_sub_path};
+use protocol::{
+    Info, Process, ProcessList, SignalRequest, SignalSpec, SpawnRequest, StdinAck, TtySize,
+};
+use serde::de::DeserializeOwned;
+
+pub use error::ClientError;
+pub use output::{Attached, OutputStream};
+
+/// A request body.
+pub type ReqBody = BoxBody<Bytes, std::io::Error>;
+
+/// Client of one shim.
+#[derive(Debug, Clone)]
+pub struct ShimClient {
+    base: String,
+    auth: Option<String>,
+    http: Client<HttpConnector, ReqBody>,
+}
+
+fn full(b: impl Into<Bytes>) -> ReqBody {
+    Full::new(b.into()).map_err(|never| match never {}).boxed()
+}
+
+impl ShimClient {
+    /// A client for the shim at `base` (`http://host:port`) presenting `token`.
+    pub fn new(base: &str, token: Option<String>) -> Result<Self, ClientError> {
+        let base = base.trim_end_matches('/').to_owned();
+        if !base.starts_with("http://") || base.parse::<http::Uri>().is_err() {
+            return Err(ClientError::InvalidUrl(base));
+        }
+        let mut conn = HttpConnector::new();
+        conn.set_nodelay(true);
+        conn.set_connect_timeout(Some(Duration::from_secs(10)));
+        let http = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(conn);
+        Ok(ShimClient {
+            base,
+            auth: token.map(|t| format!("Bearer {t}")),
+            http,
+        })
+    }
+
+    /// The base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path_q: &str,
+        body: ReqBody,
+    ) -> Result<http::Response<hyper::body::Incoming>, ClientError> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(format!("{}{}", self.base, path_q));
+        if let Some(a) = &self.auth {
+            req = req.header(header::AUTHORIZATION, a);
+        }
+        let req = req
+            .body(body)
+            .map_err(|_| ClientError::InvalidUrl(path_q.to_owned()))?;
+        let resp = self
+            .http
+            .request(req)
+            .await
+            .map_err(ClientError::Transport)?;
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        Err(api_error(resp).await)
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path_q: &str,
+        body: ReqBody,
+    ) -> Result<(StatusCode, T), ClientError> {
+        let resp = self.send(method, path_q, body).await?;
+        let status = resp.status();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(ClientError::Body)?
+            .to_bytes();
+        Ok((
+            status,
+            serde_json::from_slice(&bytes).map_err(ClientError::Json)?,
+        ))
+    }
+
+    fn json_body<T: serde::Serialize>(v: &T) -> ReqBody {
+        full(serde_json::to_vec(v).unwrap_or_default())
+    }
+
+    /// `GET /healthz`: whether the shim serves.
+    pub async fn healthz(&self) -> Result<(), ClientError> {
+        self.send(Method::GET, routes::HEALTHZ, full(Bytes::new()))
+            .await
+            .map(|_| ())
+    }
+
+    /// `GET /v1/info`
+    pub async fn info(&self) -> Result<Info, ClientError> {
+        Ok(self
+            .call(Method::GET, routes::INFO, full(Bytes::new()))
+            .await?
+            .1)
+    }
+
+    /// `PUT /v1/processes/{id}`: the process, and whether this call started it.
+    pub async fn spawn(
+        &self,
+        id: &str,
+        spec: &SpawnRequest,
+    ) -> Result<(Process, bool), ClientError> {
+        let (status, p) = self
+            .call(Method::PUT, &process_path(id), Self::json_body(spec))
+            .await?;
+        Ok((p, status == StatusCode::CREATED))
+    }
+
+    /// `GET /v1/processes/{id}`
+    pub async fn get(&self, id: &str) -> Result<Process, ClientError> {
+        Ok(self
+            .call(Method::GET, &process_path(id), full(Bytes::new()))
+            .await?
+            .1)
+    }
+
+    /// `GET /v1/processes/{id}?wait=S`: waits up to `secs` for exit.
+    pub async fn wait(&self, id: &str, secs: u32) -> Result<Process, ClientError> {
+        Ok(self
+            .call(
+                Method::GET,
+                &format!("{}?wait={secs}", process_path(id)),
+                full(Bytes::new()),
+            )
+            .await?
+            .1)
+    }
+
+    /// `GET /v1/processes`
+    pub async fn list(&self) -> Result<Vec<Process>, ClientError> {
+        let (_, l): (_, ProcessList) = self
+            .call(Method::GET, routes::PROCESSES, full(Bytes::new()))
+            .await?;
+        Ok(l.processes)
+    }
+
+    /// `POST /v1/processes/{id}/stdin?offset=M[&eof=1]`
+    pub async fn stdin(
+        &self,
+        id: &str,
+        offset: u64,
+        data: Bytes,
+        eof: bool,
+    ) -> Result<StdinAck, ClientError> {
+        let q = format!(
+            "{}?offset={offset}{}",
+            process_sub_path(id, "stdin"),
+            if eof { "&eof=1" } else { "" }
+        );
+        Ok(self.call(Method::POST, &q, full(data)).await?.1)
+    }
+
+    /// `POST /v1/processes/{id}/signal`
+    pub async fn signal(&self, id: &str, signal: &str) -> Result<Process, ClientError> {
+        let body = SignalRequest {
+            signal: SignalSpec::Name(signal.to_owned()),
+        };
+        Ok(self
+            .call(
+                Method::POST,
+                &process_sub_path(id, "signal"),
+                Self::json_body(&body),
+            )
+            .await?
+            .1)
+    }
+
+    /// `POST /v1/processes/{id}/resize`
+    pub async fn resize(&self, id: &str, size: TtySize) -> Result<Process, ClientError> {
+        Ok(self
+            .call(
+                Method::POST,
+                &process_sub_path(id, "resize"),
+                Self::json_body(&size),
+            )
+            .await?
+            .1)
+    }
+
+    /// `DELETE /v1/processes/{id}[?force=1]`
+    pub async fn delete(&self, id: &str, force: bool) -> Result<(), ClientError> {
+        let q = format!(
+            "{}{}",
+            process_path(id),
+            if force { "?force=1" } else { "" }
+        );
+        self.send(Method::DELETE, &q, full(Bytes::new()))
+            .await
+            .map(|_| ())
+    }
+
+    /// `GET /v1/processes/{id}/output?offset=N[&follow=1]` as a frame stream (no resume).
+    pub async fn output(
+        &self,
+        id: &str,
+        offset: u64,
+        follow: bool,
+    ) -> Result<OutputStream, ClientError> {
+        let q = format!(
+            "{}?offset={offset}{}",
+            process_sub_path(id, "output"),
+            if follow { "&follow=1" } else { "" }
+        );
+        let resp = self.send(Method::GET, &q, full(Bytes::new())).await?;
+        Ok(OutputStream::new(resp.into_body(), offset))
+    }
+
+    /// `PUT /v1/files?path=DIR` with a tar body.
+    pub async fn files_in(&self, dir: &str, tar: ReqBody) -> Result<(), ClientError> {
+        let q = format!("{}?path={}", routes::FILES, percent_encode(dir));
+        self.send(Method::PUT, &q, tar).await.map(|_| ())
+    }
+
+    /// `PUT /v1/files?path=DIR` with a tar held in memory.
+    pub async fn files_in_bytes(&self, dir: &str, tar: Bytes) -> Result<(), ClientError> {
+        self.files_in(dir, full(tar)).await
+    }
+
+    /// `GET /v1/files?path=P`: the tar stream's body.
+    pub async fn files_out(&self, path: &str) -> Result<hyper::body::Incoming, ClientError> {
+        let q = format!("{}?path={}", routes::FILES, percent_encode(path));
+        Ok(self
+            .send(Method::GET, &q, full(Bytes::new()))
+            .await?
+            .into_body())
+    }
+
+    /// `GET /metrics`
+    pub async fn metrics(&self) -> Result<String, ClientError> {
+        let resp = self
+            .send(Method::GET, routes::METRICS, full(Bytes::new()))
+            .await?;
+        let b = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(ClientError::Body)?
+            .to_bytes();
+        Ok(String::from_utf8_lossy(&b).into_owned())
+    }
+}
+
+async fn api_error(resp: http::Response<hyper::body::Incoming>) -> ClientError {
+    let status = resp.status().as_u16();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    match serde_json::from_slice::<protocol::ErrorBody>(&body) {
+        Ok(e) => ClientError::Api {
+            status,
+            code: e.error.code,
+            message: e.error.message,
+        },
+        Err(_) => ClientError::Api {
+            status,
+            code: String::new(),
+            message: String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned(),
+        },
+    }
+}

@@ -1,0 +1,142 @@
+//! Reading a process's output: a frame stream over one response, and `attach`, which follows the log
+//! to the exit frame and resumes from the last whole frame after any broken connection.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use protocol::{Decoder, Exit, Frame, FrameType};
+
+use super::{ClientError, ShimClient};
+
+/// Frames of one output response.
+#[derive(Debug)]
+pub struct OutputStream {
+    body: Incoming,
+    decoder: Decoder,
+    done: bool,
+}
+
+impl OutputStream {
+    pub(super) fn new(body: Incoming, offset: u64) -> Self {
+        OutputStream {
+            body,
+            decoder: Decoder::new(offset),
+            done: false,
+        }
+    }
+
+    /// The log offset just past the last whole frame returned.
+    pub fn offset(&self) -> u64 {
+        self.decoder.offset()
+    }
+
+    /// The next frame, including keepalives; `None` at the end of the response.
+    pub async fn next(&mut self) -> Result<Option<Frame>, ClientError> {
+        loop {
+            if let Some(f) = self.decoder.next_frame().map_err(ClientError::Frame)? {
+                return Ok(Some(f));
+            }
+            if self.done {
+                self.decoder.finish().map_err(ClientError::Frame)?;
+                return Ok(None);
+            }
+            match self.body.frame().await {
+                Some(Ok(f)) => {
+                    if let Ok(data) = f.into_data() {
+                        self.decoder.push(&data);
+                    }
+                }
+                Some(Err(e)) => return Err(ClientError::Body(e)),
+                None => self.done = true,
+            }
+        }
+    }
+}
+
+/// How an attach ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attached {
+    /// The process's exit.
+    pub exit: Exit,
+    /// Log offset past the exit frame.
+    pub end: u64,
+    /// Connections that broke and were resumed.
+    pub resumes: u32,
+}
+
+impl ShimClient {
+    /// Follows `id`'s output from `offset` to the exit frame, calling `sink` with every stdout and
+    /// stderr payload exactly once, resuming after broken connections (up to `max_retries` in a row
+    /// without progress, with backoff).
+    pub async fn attach(
+        &self,
+        id: &str,
+        mut offset: u64,
+        max_retries: u32,
+        mut sink: impl FnMut(FrameType, Bytes),
+    ) -> Result<Attached, ClientError> {
+        let mut resumes = 0;
+        let mut failures = 0u32;
+        loop {
+            let started_at = offset;
+            let result: Result<Option<(Exit, u64)>, ClientError> = async {
+                let mut stream = self.output(id, offset, true).await?;
+                loop {
+                    let frame = stream.next().await;
+                    // Frames are handed on only once whole, so `offset` always names a boundary.
+                    match frame? {
+                        Some(f) => {
+                            match f.kind {
+                                FrameType::Stdout | FrameType::Stderr => {
+                                    sink(f.kind, Bytes::from(f.payload))
+                                }
+                                FrameType::Exit => {
+                                    let exit: Exit = serde_json::from_slice(&f.payload)
+                                        .map_err(ClientError::Json)?;
+                                    return Ok(Some((exit, stream.offset())));
+                                }
+                                _ => {}
+                            }
+                            offset = stream.offset();
+                        }
+                        None => return Ok(None),
+                    }
+                }
+            }
+            .await;
+            if offset > started_at {
+                failures = 0; // progress was made: only consecutive fruitless attempts count
+            }
+            match result {
+                Ok(Some((exit, end))) => return Ok(Attached { exit, end, resumes }),
+                Ok(None) => {
+                    // Ended without an exit frame: the process was deleted, or the shim is stopping.
+                    failures += 1;
+                    if failures > max_retries {
+                        return Err(ClientError::Api {
+                            status: 410,
+                            code: "stream_ended".into(),
+                            message: format!("output of {id:?} ended before its exit frame"),
+                        });
+                    }
+                }
+                Err(e) if e.is_transient() || matches!(e, ClientError::Frame(_)) => {
+                    failures += 1;
+                    if failures > max_retries {
+                        return Err(ClientError::ResumeExhausted {
+                            id: id.to_owned(),
+                            attempts: failures,
+                            last: Box::new(e),
+                        });
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+            resumes += 1;
+            let backoff = Duration::from_millis(20u64 << failures.min(6));
+            tokio::time::sleep(backoff).await;
+        }
+    }
+}
