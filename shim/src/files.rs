@@ -20,7 +20,7 @@ mod meta;
 mod pack;
 mod unpack;
 
-pub use pack::archive;
+pub use pack::{ArchiveSource, archive, prepare_archive};
 pub use unpack::{ExtractStats, extract};
 
 /// Errors of files in/out. Each variant maps to one wire error (PROTOCOL.md 4.8).

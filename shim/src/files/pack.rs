@@ -30,6 +30,20 @@ use super::{FilesError, check_request_path};
 /// symlinks, never followed (except the directory named with a trailing `/` itself, as `ls dir/`
 /// would). Sockets, FIFOs and device files are skipped.
 pub fn archive<W: Write>(path: &str, writer: W) -> Result<W, FilesError> {
+    prepare_archive(path)?.write(writer)
+}
+
+/// A path checked and found, ready to be archived: lets a caller answer a bad or missing path with
+/// its proper error before it starts a response.
+#[derive(Debug)]
+pub struct ArchiveSource {
+    top: std::path::PathBuf,
+    name: Vec<u8>,
+    meta: fs::Metadata,
+}
+
+/// Checks `path` (as [`archive`] takes it) and looks it up, without writing anything.
+pub fn prepare_archive(path: &str) -> Result<ArchiveSource, FilesError> {
     let top = Path::new(path);
     check_request_path(top)?;
     let contents = path.ends_with('/');
@@ -50,26 +64,38 @@ pub fn archive<W: Write>(path: &str, writer: W) -> Result<W, FilesError> {
         })?;
         last.as_bytes().to_vec()
     };
-    let mut packer = Packer {
-        builder: Builder::new(Gate {
-            inner: writer,
-            open: true,
-        }),
-        links: HashMap::new(),
-    };
-    if let Err(err) = packer.walk(top.to_path_buf(), name, meta) {
-        packer.builder.get_mut().open = false;
-        return Err(err);
+    Ok(ArchiveSource {
+        top: top.to_path_buf(),
+        name,
+        meta,
+    })
+}
+
+impl ArchiveSource {
+    /// Writes the tar stream to `writer` and returns the writer, flushed.
+    pub fn write<W: Write>(self, writer: W) -> Result<W, FilesError> {
+        let top = self.top;
+        let mut packer = Packer {
+            builder: Builder::new(Gate {
+                inner: writer,
+                open: true,
+            }),
+            links: HashMap::new(),
+        };
+        if let Err(err) = packer.walk(top.clone(), self.name, self.meta) {
+            packer.builder.get_mut().open = false;
+            return Err(err);
+        }
+        let finished = packer
+            .builder
+            .into_inner()
+            .map_err(|err| FilesError::io("finishing the archive of", &top, err))?;
+        let mut writer = finished.inner;
+        writer
+            .flush()
+            .map_err(|err| FilesError::io("finishing the archive of", &top, err))?;
+        Ok(writer)
     }
-    let finished = packer
-        .builder
-        .into_inner()
-        .map_err(|err| FilesError::io("finishing the archive of", top, err))?;
-    let mut writer = finished.inner;
-    writer
-        .flush()
-        .map_err(|err| FilesError::io("finishing the archive of", top, err))?;
-    Ok(writer)
 }
 
 /// The state of one archive.

@@ -74,18 +74,11 @@ async fn put(mut body: Incoming, dir: PathBuf, same_owner: bool) -> Result<Respo
 }
 
 async fn get(path: String) -> Result<Response<Body>, Error> {
-    let target = if path.len() > 1 {
-        path.trim_end_matches('/')
-    } else {
-        "/"
-    };
-    if std::fs::symlink_metadata(target).is_err() {
-        return Err(FilesError::NotFound(path).into());
-    }
+    let source = files::prepare_archive(&path)?;
     let (tx, rx) = mpsc::channel(2);
     tokio::task::spawn_blocking(move || {
         let writer = io::BufWriter::with_capacity(64 * 1024, ChannelWriter(tx.clone()));
-        let result = files::archive(&path, writer).and_then(|mut w| {
+        let result = source.write(writer).and_then(|mut w| {
             w.flush().map_err(|e| FilesError::Io {
                 context: "streaming the archive".into(),
                 source: e,

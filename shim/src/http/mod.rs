@@ -119,7 +119,8 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let route = Route::parse(&path);
     let label = route.as_ref().map_or("unknown", Route::label);
-    let response = match dispatch(&app, route, req).await {
+    let has_body = !http_body::Body::is_end_stream(req.body());
+    let mut response = match dispatch(&app, route, req).await {
         Ok(r) => r,
         Err(e) => {
             if let Error::Internal { context, source } = &e {
@@ -128,6 +129,14 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
             body::error(&e)
         }
     };
+    if has_body && !response.status().is_success() {
+        // The handler may have refused before reading the whole body; the rest of it would be read
+        // as the next request. Closing tells the client's pool not to reuse this connection.
+        response.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
     app.metrics.request(label, response.status().as_u16());
     response
 }

@@ -1,0 +1,96 @@
+//! Files in and out over HTTP: a tree round-trips through PUT and GET, and a hostile tar is refused
+//! with 400 `invalid_tar` without writing anything outside the target directory.
+
+mod common;
+
+use bytes::Bytes;
+use common::{Shim, error_code, raw};
+use http_body_util::BodyExt;
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("stepshim-files-{name}-{}", common::random_hex(4)));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A tar with a hostile second entry that tries to write through a symlink to `outside`.
+fn escaping_tar(outside: &std::path::Path) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Symlink);
+    h.set_size(0);
+    h.set_mode(0o777);
+    b.append_link(&mut h, "link", outside).unwrap();
+    let data = b"pwned";
+    let mut h = tar::Header::new_gnu();
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    b.append_data(&mut h, "link/evil", &data[..]).unwrap();
+    b.into_inner().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tree_round_trips_and_escapes_are_refused() {
+    let shim = Shim::start();
+    let src = scratch("src");
+    std::fs::create_dir_all(src.join("a/b")).unwrap();
+    std::fs::write(src.join("a/b/data.bin"), vec![7u8; 300_000]).unwrap();
+    std::fs::write(src.join("top.txt"), b"hello").unwrap();
+    std::os::unix::fs::symlink("top.txt", src.join("link")).unwrap();
+    let tar_bytes = shim
+        .client
+        .files_out(&format!("{}/", src.display()))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes();
+    let dst = scratch("dst").join("new/nested");
+    shim.client
+        .files_in_bytes(dst.to_str().unwrap(), tar_bytes)
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(dst.join("a/b/data.bin")).unwrap(),
+        vec![7u8; 300_000]
+    );
+    assert_eq!(std::fs::read(dst.join("top.txt")).unwrap(), b"hello");
+    assert_eq!(
+        std::fs::read_link(dst.join("link")).unwrap().to_str(),
+        Some("top.txt")
+    );
+
+    let outside = scratch("outside");
+    let target = scratch("target");
+    let (status, _, body) = raw(
+        &shim.addr,
+        "PUT",
+        &format!("/v1/files?path={}", target.display()),
+        Some(&shim.token),
+        &escaping_tar(&outside),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(error_code(&body), "invalid_tar");
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "nothing may be written outside"
+    );
+    let err = shim
+        .client
+        .files_in_bytes(target.to_str().unwrap(), Bytes::from_static(b"garbage"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("invalid_tar"));
+    for d in [
+        src,
+        dst.parent().unwrap().parent().unwrap().to_path_buf(),
+        outside,
+        target,
+    ] {
+        std::fs::remove_dir_all(d).ok();
+    }
+}

@@ -1,0 +1,149 @@
+//! The shim as PID 1: orphans reaped with no zombie left (in a fresh PID namespace, where the shim
+//! really is PID 1), SIGTERM shutdown with grace then KILL, and configuration errors exit 64.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Shim, follow, run, sh};
+use protocol::Exit;
+
+fn can_unshare() -> bool {
+    Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Zombie processes among the shim's namespace, from `ps` run through the shim itself.
+async fn zombies(shim: &Shim, id: &str) -> String {
+    let ran = run(
+        &shim.client,
+        id,
+        &sh("for s in /proc/[0-9]*/stat; do cat $s 2>/dev/null; echo; done"),
+    )
+    .await;
+    String::from_utf8_lossy(&ran.stdout)
+        .lines()
+        .filter(|l| {
+            l.split(") ")
+                .nth(1)
+                .is_some_and(|rest| rest.starts_with('Z'))
+        })
+        .map(str::to_owned)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphaned_grandchildren_are_reaped_as_pid_1() {
+    if !can_unshare() {
+        // CI runs as root where unshare works; say loudly why this run cannot prove it.
+        panic!("unshare --pid --fork --mount-proc is not available: run the tests as root");
+    }
+    let shim = Shim::start_with(
+        &[],
+        Some(&["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]),
+    );
+    let ran = run(&shim.client, "whoami", &sh("cat /proc/1/comm")).await;
+    assert_eq!(
+        ran.stdout, b"stepshim\n",
+        "the shim must be PID 1 of its namespace"
+    );
+    // Each process leaves daemonized grandchildren behind that exit later as orphans.
+    for i in 0..20 {
+        let spec = sh("(sleep 0.2; exit 3) & (sh -c 'sleep 0.1 & exit 0') & exit 0");
+        let ran = run(&shim.client, &format!("leaver{i}"), &spec).await;
+        assert_eq!(ran.exit, Some(Exit::code(0)));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let z = zombies(&shim, &format!("ps{}", Instant::now().elapsed().as_nanos())).await;
+        if z.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "zombies left:\n{z}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let m = shim.client.metrics().await.unwrap();
+    let orphans: u64 = m
+        .lines()
+        .find(|l| l.starts_with("stepshim_orphans_reaped_total "))
+        .and_then(|l| l.split(' ').nth(1)?.parse().ok())
+        .unwrap();
+    assert!(
+        orphans >= 40,
+        "every orphan was reaped by the shim, saw {orphans}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_terms_groups_then_kills_stragglers_and_exits_zero() {
+    let mut shim = Shim::start(); // grace 2 s
+    let c = shim.client.clone();
+    c.spawn(
+        "polite",
+        &sh("trap 'echo bye; exit 0' TERM; while :; do sleep 0.05; done"),
+    )
+    .await
+    .unwrap();
+    c.spawn(
+        "stubborn",
+        &sh("trap '' TERM; echo ready; while :; do sleep 0.05; done"),
+    )
+    .await
+    .unwrap();
+    let mut o = c.output("stubborn", 0, true).await.unwrap();
+    o.next().await.unwrap().expect("ready line");
+    let polite = tokio::spawn({
+        let c = c.clone();
+        async move { follow(&c, "polite").await }
+    });
+    let started = Instant::now();
+    let status = tokio::task::spawn_blocking(move || {
+        let s = shim.terminate();
+        (s, shim)
+    })
+    .await
+    .unwrap();
+    assert!(status.0.success(), "shim exit status {:?}", status.0);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(2),
+        "stragglers get the whole grace period, took {took:?}"
+    );
+    let ran = polite.await.unwrap();
+    assert_eq!(ran.stdout, b"bye\n");
+    assert_eq!(ran.exit, Some(Exit::code(0)));
+    let log = status.1.log.lock().unwrap().clone();
+    assert!(log.contains("sent SIGKILL"), "{log}");
+}
+
+#[test]
+fn bad_configuration_exits_64_with_one_line() {
+    let bin = env!("CARGO_BIN_EXE_stepshim");
+    for env in [
+        vec![],
+        vec![("STEPSHIM_TOKEN_SHA256", "nothex")],
+        vec![
+            ("STEPSHIM_INSECURE_NO_AUTH", "1"),
+            ("STEPSHIM_LISTEN", "not-an-address"),
+        ],
+        vec![
+            ("STEPSHIM_INSECURE_NO_AUTH", "1"),
+            ("STEPSHIM_GRACE_SECONDS", "forever"),
+        ],
+    ] {
+        let mut cmd = Command::new(bin);
+        cmd.env_clear();
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(64), "{env:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("stepshim: "), "{err}");
+    }
+}
