@@ -1,0 +1,334 @@
+// Client: the base URL, the bearer token and the HTTP client, the request plumbing every route shares,
+// and the routes that are one request each (healthz, info, spawn, status and wait, list, signal,
+// resize, delete, metrics).
+
+package shim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client talks to one shim. It is safe for concurrent use.
+type Client struct {
+	base  *url.URL
+	token string
+	// HTTP sends the requests. It must have no overall Timeout: output streams and waits are long.
+	HTTP *http.Client
+	// Backoff bounds the waits between retries of the resuming loops; zero values mean 50ms and 2s.
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// New returns a Client for the shim at baseURL (e.g. "http://10.0.0.7:7777") presenting token.
+// Its HTTP client has no overall timeout, a dial timeout and TCP keepalives; Go sets TCP_NODELAY.
+func New(baseURL, token string) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("shim: base URL: %w", err)
+	}
+	if u.Scheme != "http" || u.Host == "" {
+		return nil, fmt.Errorf("shim: base URL %q: want http://host:port", baseURL)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 15 * time.Second}
+	transport := &http.Transport{
+		DialContext:         dialer.DialContext,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &Client{base: u, token: token, HTTP: &http.Client{Transport: transport}}, nil
+}
+
+// validID checks an id against [A-Za-z0-9._-]{1,128}, not "." or "..", so that it is safe in a path.
+func validID(id string) error {
+	if len(id) == 0 || len(id) > 128 || id == "." || id == ".." {
+		return fmt.Errorf("%w: %q", ErrInvalidID, id)
+	}
+	for _, c := range []byte(id) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			return fmt.Errorf("%w: %q", ErrInvalidID, id)
+		}
+	}
+	return nil
+}
+
+func processPath(id string, rest string) (string, error) {
+	if err := validID(id); err != nil {
+		return "", err
+	}
+	return "/v1/processes/" + id + rest, nil
+}
+
+// request builds a request for path and query; body may be nil.
+func (c *Client) request(ctx context.Context, method, path string, q url.Values, body io.Reader) (*http.Request, error) {
+	u := *c.base
+	u.Path += path
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	return req, nil
+}
+
+// send sends req and turns a non-2xx answer into an *APIError. The caller closes the body of a 2xx.
+func (c *Client) send(req *http.Request) (*http.Response, error) {
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		return nil, readAPIError(resp)
+	}
+	return resp, nil
+}
+
+// doJSON sends a request with an optional JSON body and decodes a JSON answer into out (if non-nil).
+// It returns the status of a 2xx answer.
+func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, in, out any) (int, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := c.request(ctx, method, path, q, body)
+	if err != nil {
+		return 0, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.send(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return 0, fmt.Errorf("shim: decoding the answer of %s %s: %w", method, path, err)
+		}
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
+}
+
+// Healthz asks GET /healthz (no token): nil while the shim serves, an error (503 while it shuts down) otherwise.
+func (c *Client) Healthz(ctx context.Context) error {
+	req, err := c.request(ctx, http.MethodGet, "/healthz", nil, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Del("Authorization")
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return &APIError{Status: resp.StatusCode, Message: "not healthy"}
+	}
+	return nil
+}
+
+// Info returns the shim's protocol version, release and boot id.
+func (c *Client) Info(ctx context.Context) (*Info, error) {
+	var info Info
+	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/info", nil, nil, &info); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// Spawn sends one PUT /v1/processes/{id}. created is true for 201 (a new process) and false for 200
+// (a process with this id and an equal spec already exists, running or exited). A different spec
+// answers 409 spec_conflict; a missing executable matches ErrExecutableNotFound.
+func (c *Client) Spawn(ctx context.Context, id string, spec Spec) (p *ProcessStatus, created bool, err error) {
+	path, err := processPath(id, "")
+	if err != nil {
+		return nil, false, err
+	}
+	p = new(ProcessStatus)
+	status, err := c.doJSON(ctx, http.MethodPut, path, nil, spec, p)
+	if err != nil {
+		return nil, false, err
+	}
+	return p, status == http.StatusCreated, nil
+}
+
+// Run spawns like Spawn, retrying across transport errors and 5xx answers with backoff until the shim
+// answers or ctx ends. This is safe because a spawn with an existing id and equal spec is answered
+// with the existing process, so a retry after a lost answer does not start a second one.
+func (c *Client) Run(ctx context.Context, id string, spec Spec) (*ProcessStatus, error) {
+	var p *ProcessStatus
+	err := c.retry(ctx, func() error {
+		var err error
+		p, _, err = c.Spawn(ctx, id, spec)
+		return err
+	})
+	return p, err
+}
+
+// Status returns the process's current state.
+func (c *Client) Status(ctx context.Context, id string) (*ProcessStatus, error) {
+	return c.Wait(ctx, id, 0)
+}
+
+// Wait holds a GET /v1/processes/{id}?wait=S until the process has exited or max has passed (the shim
+// caps it at 300 s), then returns the process in whatever state it is. max <= 0 answers at once.
+func (c *Client) Wait(ctx context.Context, id string, max time.Duration) (*ProcessStatus, error) {
+	path, err := processPath(id, "")
+	if err != nil {
+		return nil, err
+	}
+	var q url.Values
+	if max > 0 {
+		q = url.Values{"wait": {strconv.FormatFloat(max.Seconds(), 'f', 3, 64)}}
+	}
+	var p ProcessStatus
+	if _, err := c.doJSON(ctx, http.MethodGet, path, q, nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// WaitExited long-polls until the process has exited, retrying transport errors, and returns it.
+func (c *Client) WaitExited(ctx context.Context, id string) (*ProcessStatus, error) {
+	for {
+		var p *ProcessStatus
+		err := c.retry(ctx, func() error {
+			var err error
+			p, err = c.Wait(ctx, id, 300*time.Second)
+			return err
+		})
+		if err != nil || p.Exited() {
+			return p, err
+		}
+	}
+}
+
+// List returns every process the shim remembers, ordered by id.
+func (c *Client) List(ctx context.Context) ([]ProcessStatus, error) {
+	var l processList
+	if _, err := c.doJSON(ctx, http.MethodGet, "/v1/processes", nil, nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Processes, nil
+}
+
+// Signal sends a signal to the process's group. sig is a name with or without "SIG" ("TERM",
+// "SIGKILL") or a decimal number ("9").
+func (c *Client) Signal(ctx context.Context, id, sig string) (*ProcessStatus, error) {
+	path, err := processPath(id, "/signal")
+	if err != nil {
+		return nil, err
+	}
+	var p ProcessStatus
+	if _, err := c.doJSON(ctx, http.MethodPost, path, nil, signalBody{Signal: sig}, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Resize sets the size of the process's terminal; the kernel sends SIGWINCH to its foreground group.
+func (c *Client) Resize(ctx context.Context, id string, size TTYSize) (*ProcessStatus, error) {
+	path, err := processPath(id, "/resize")
+	if err != nil {
+		return nil, err
+	}
+	var p ProcessStatus
+	if _, err := c.doJSON(ctx, http.MethodPost, path, nil, size, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Delete forgets the process and frees its output. A running process answers 409 still_running
+// unless force, which kills its process group first.
+func (c *Client) Delete(ctx context.Context, id string, force bool) error {
+	path, err := processPath(id, "")
+	if err != nil {
+		return err
+	}
+	var q url.Values
+	if force {
+		q = url.Values{"force": {"1"}}
+	}
+	_, err = c.doJSON(ctx, http.MethodDelete, path, q, nil, nil)
+	return err
+}
+
+// Metrics returns the shim's metrics in Prometheus text format.
+func (c *Client) Metrics(ctx context.Context) (string, error) {
+	req, err := c.request(ctx, http.MethodGet, "/metrics", nil, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := c.send(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// retry calls f until it succeeds, fails for good (see retryable) or ctx ends, waiting with
+// exponential backoff and jitter between attempts.
+func (c *Client) retry(ctx context.Context, f func() error) error {
+	var b backoff
+	for {
+		err := f()
+		if err == nil || !retryable(err) {
+			return err
+		}
+		if werr := b.wait(ctx, c); werr != nil {
+			return fmt.Errorf("%w (last error: %v)", werr, err)
+		}
+	}
+}
+
+// backoff is the wait between attempts of a retry loop: it doubles from MinBackoff to MaxBackoff, with
+// up to 50% jitter so that many clients of a restarted shim do not come back in step.
+type backoff struct{ next time.Duration }
+
+func (b *backoff) reset() { b.next = 0 }
+
+func (b *backoff) wait(ctx context.Context, c *Client) error {
+	lo, hi := c.MinBackoff, c.MaxBackoff
+	if lo <= 0 {
+		lo = 50 * time.Millisecond
+	}
+	if hi <= 0 {
+		hi = 2 * time.Second
+	}
+	if b.next < lo {
+		b.next = lo
+	}
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(2*b.next, hi)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

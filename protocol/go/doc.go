@@ -1,0 +1,28 @@
+// Package shim is a Go client for the stepshim protocol, version 1 (protocol/PROTOCOL.md, which is
+// normative; this package follows it and nothing else).
+//
+// It has two levels:
+//
+//   - [Client] speaks the routes one to one (info, spawn, status and wait, list, output, stdin,
+//     signal, resize, delete, files, metrics) and adds the two loops every caller needs: [Client.Follow]
+//     reads output to the exit frame, resuming from the last frame boundary whenever a connection
+//     breaks, and [StdinWriter] sends stdin with offsets so that a retried request is harmless.
+//   - [Container] is shaped like Concourse ATC's runtime container: Run, Attach and AttachOrRun take a
+//     [ProcessSpec] and a [ProcessIO] of plain readers and writers and give back a [Process] whose Wait
+//     answers the exit status once every byte of output has been written.
+//
+// Errors the shim answers are [*APIError]; use [IsNotFound], [IsConflict], [IsUnauthorized],
+// [HasCode] or errors.Is with [ErrExecutableNotFound] to tell them apart. Anything else is a transport
+// error, which the loops above retry.
+//
+// # Layout
+//
+//   - client.go: Client, request plumbing and the one-request routes.
+//   - types.go: the JSON bodies of PROTOCOL.md section 4.
+//   - errors.go: APIError, error codes and the helpers that classify errors.
+//   - frames.go: the frame decoder of section 5.2, which tracks the resume offset.
+//   - output.go: one output request, and Follow, the resuming loop over it.
+//   - stdin.go: one stdin request, and StdinWriter, the retrying, offset-keeping writer.
+//   - files.go: tar streams in and out.
+//   - atc.go: the ATC-shaped adapter (Container, ProcessSpec, ProcessIO, Process).
+package shim

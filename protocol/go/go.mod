@@ -1,0 +1,3 @@
+module stepshim.dev/protocol/go
+
+go 1.26

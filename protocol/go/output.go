@@ -1,0 +1,165 @@
+// Output: one output request (PROTOCOL.md 5.3) as an OutputStream, and Follow, the loop that reads a
+// log to its exit frame across broken connections, resuming each time from the last frame boundary.
+
+package shim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// OutputStream is the answer of one output request: log frames from the requested offset.
+type OutputStream struct {
+	body io.ReadCloser
+	fr   *FrameReader
+	// End is the log's end when the answer started (X-Stepshim-Output-End), or -1 if absent.
+	End int64
+}
+
+// Output sends one GET /v1/processes/{id}/output. offset must be a frame boundary no greater than the
+// log's end. Without follow the stream ends at the log's end at the time of the request; with follow
+// it carries new frames until the exit frame. The caller closes the stream.
+func (c *Client) Output(ctx context.Context, id string, offset int64, follow bool) (*OutputStream, error) {
+	path, err := processPath(id, "/output")
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{"offset": {strconv.FormatInt(offset, 10)}}
+	if follow {
+		q.Set("follow", "1")
+	}
+	req, err := c.request(ctx, http.MethodGet, path, q, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.send(req)
+	if err != nil {
+		return nil, err
+	}
+	end := int64(-1)
+	if v := resp.Header.Get("X-Stepshim-Output-End"); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			end = n
+		}
+	}
+	return &OutputStream{body: resp.Body, fr: NewFrameReader(resp.Body, offset), End: end}, nil
+}
+
+// Next returns the next log frame (keepalives skipped); see FrameReader.Next.
+func (s *OutputStream) Next() (Frame, error) { return s.fr.Next() }
+
+// Offset is where to resume: just past the last whole log frame returned.
+func (s *OutputStream) Offset() int64 { return s.fr.Offset() }
+
+// Close ends the request.
+func (s *OutputStream) Close() error { return s.body.Close() }
+
+// ParseExit decodes the payload of an exit frame.
+func ParseExit(payload []byte) (*Exit, error) {
+	var e Exit
+	if err := json.Unmarshal(payload, &e); err != nil {
+		return nil, fmt.Errorf("shim: exit frame: %w", err)
+	}
+	return &e, nil
+}
+
+// Follow reads the process's output log from offset to its exit frame and calls fn with every log
+// frame in order, the exit frame last (frames of unknown types included, so that fn may skip them;
+// fn must not keep Payload). It returns the exit, or fn's error as is.
+//
+// Whenever the stream breaks (a transport error, a 5xx, or an end before the exit frame) Follow asks
+// again from the offset just past the last whole frame it received, waiting with backoff, so fn sees
+// every byte exactly once. Before resuming it checks the shim's boot id and returns ErrShimRestarted if
+// the shim restarted, since a new process may then have the same id. It gives up on a 4xx answer (a
+// deleted process is 404 process_not_found) and when ctx ends.
+func (c *Client) Follow(ctx context.Context, id string, offset int64, fn func(Frame) error) (*Exit, error) {
+	var boot string
+	if err := c.retry(ctx, func() error {
+		info, err := c.Info(ctx)
+		if err == nil {
+			boot = info.BootID
+		}
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	var b backoff
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			if err := b.wait(ctx, c); err != nil {
+				return nil, err
+			}
+			info, err := c.Info(ctx)
+			if err != nil {
+				if retryable(err) {
+					continue
+				}
+				return nil, err
+			}
+			if info.BootID != boot {
+				return nil, fmt.Errorf("%w while following %q", ErrShimRestarted, id)
+			}
+		}
+		start := offset
+		exit, err := c.followOnce(ctx, id, &offset, fn)
+		var fe *fnError
+		if errors.As(err, &fe) {
+			return nil, fe.err
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if exit != nil || err != nil && !retryable(err) {
+			return exit, err
+		}
+		if offset > start {
+			b.reset()
+		}
+	}
+}
+
+// errEndedEarly marks a follow stream that ended cleanly before the exit frame (a deleted process,
+// or a shim ending its streams); the next attempt finds out which.
+var errEndedEarly = errors.New("output stream ended before the exit frame")
+
+// fnError carries an error of the caller's frame function out of followOnce, so it is never retried.
+type fnError struct{ err error }
+
+func (e *fnError) Error() string { return e.err.Error() }
+
+// followOnce runs one follow request, advancing *offset past each frame handed to fn.
+func (c *Client) followOnce(ctx context.Context, id string, offset *int64, fn func(Frame) error) (*Exit, error) {
+	s, err := c.Output(ctx, id, *offset, true)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	for {
+		f, err := s.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errEndedEarly
+			}
+			return nil, err
+		}
+		var exit *Exit
+		if f.Type == FrameExit {
+			if exit, err = ParseExit(f.Payload); err != nil {
+				return nil, &FrameError{Offset: f.Offset, Reason: err.Error()}
+			}
+		}
+		if err := fn(f); err != nil {
+			return nil, &fnError{err}
+		}
+		*offset = s.Offset()
+		if exit != nil {
+			return exit, nil
+		}
+	}
+}
