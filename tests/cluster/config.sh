@@ -1,0 +1,117 @@
+# config.sh: writes the configuration files of containerd, the CNI network and the kubelet.
+# Every setting that departs from upstream defaults carries a comment saying why; the README
+# gathers them. Sourced by `up` after lib.sh.
+
+write_containerd_config() {
+    mkdir -p "$STATE/containerd" "$RUNDIR/containerd"
+    cat > "$STATE/containerd/config.toml" <<EOF
+# containerd for the stepshim test cluster (written by tests/cluster/up).
+version = 2
+# Own root, state and socket, so this never mixes with another containerd on the machine.
+root = "$STATE/containerd/root"
+state = "$RUNDIR/containerd/state"
+
+[grpc]
+  address = "$CONTAINERD_SOCK"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$STATE/containerd/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  # Built by images/build-images and imported; there is no registry to pull k8s' pause from.
+  sandbox_image = "stepshim.local/pause:1"
+  # These machines withhold CAP_SYS_RESOURCE, so no process may lower its oom_score_adj below 0;
+  # the CRI's -998 for sandboxes (and the kubelet's -997 for Guaranteed pods) would make runc
+  # fail with "can't get final child's PID from pipe". This clamps them to containerd's own (0).
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        # No systemd runs on these machines: cgroupfs, matching the kubelet's cgroupDriver.
+        SystemdCgroup = false
+        # runc's state beside containerd's, so tests/cluster/down finds and removes it.
+        Root = "$RUNDIR/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    # Debian's containernetworking-plugins install here, not /opt/cni/bin.
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$STATE/cni/net.d"
+    max_conf_num = 1
+EOF
+}
+
+write_cni_config() {
+    mkdir -p "$STATE/cni/net.d" "$STATE/cni/ipam"
+    cat > "$STATE/cni/net.d/10-stepshim.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "stepshim",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$BRIDGE",
+      "isGateway": false,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "$STATE/cni/ipam",
+        "ranges": [[{ "subnet": "$POD_CIDR", "gateway": "$BRIDGE_IP" }]],
+        "routes": [{ "dst": "0.0.0.0/0", "gw": "$BRIDGE_IP" }]
+      }
+    },
+    { "type": "portmap", "capabilities": { "portMappings": true } }
+  ]
+}
+EOF
+}
+
+write_kubelet_config() {
+    mkdir -p "$STATE/kubelet"
+    cat > "$STATE/kubelet/config.yaml" <<EOF
+# kubelet for the stepshim test cluster (written by tests/cluster/up).
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# These machines mount cgroup v1 and run no systemd; Kubernetes 1.35 refuses cgroup v1 unless told.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+# No CAP_SYS_RESOURCE here (see restrict_oom_score_adj in containerd's config): the default -999
+# cannot be applied and only logs a failure.
+oomScoreAdj: 0
+# Serve on the bridge address (the node IP), not on every interface.
+address: $NODE_IP
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+tlsCertFile: $PKI/kubelet.crt
+tlsPrivateKeyFile: $PKI/kubelet.key
+rotateCertificates: false
+serverTLSBootstrap: false
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization:
+  mode: Webhook
+# No CoreDNS: pods resolve with the host's resolv.conf (ClusterFirst falls back to Default).
+clusterDomain: cluster.local
+resolvConf: /etc/resolv.conf
+# Load tests run 100+ step pods on this one node; the pod /24 holds 253 addresses.
+maxPods: 250
+# Build machines have big disks that are often mostly used; evict only when truly full.
+evictionHard:
+  memory.available: "100Mi"
+  nodefs.available: "1%"
+  nodefs.inodesFree: "1%"
+  imagefs.available: "1%"
+  imagefs.inodesFree: "1%"
+evictionPressureTransitionPeriod: 30s
+# Never garbage-collect images: ours are imported, not pullable, so a deleted one is gone.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+EOF
+}

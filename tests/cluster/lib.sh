@@ -1,0 +1,114 @@
+# lib.sh: what every tests/cluster script shares — where the cluster lives on disk, its network
+# numbers, and the helpers that start a daemon with a pid file, stop it by pid, and poll with a
+# deadline. Sourced, not run.
+
+cluster_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo_root=$(cd "$cluster_dir/../.." && pwd)
+
+# State survives until `down`; runtime files (sockets, containerd state) live under /run.
+STATE=${STEPSHIM_CLUSTER_STATE:-/var/lib/stepshim-cluster}
+RUNDIR=${STEPSHIM_CLUSTER_RUN:-/run/stepshim-cluster}
+PKI=$STATE/pki
+PIDS=$STATE/pids
+LOGS=$STATE/logs
+export KUBECONFIG=$STATE/admin.kubeconfig
+
+# Network: one bridge, one /24 for pods, the host at .1 on the bridge. The node IP is the bridge
+# address so the apiserver reaches the kubelet over a network this cluster owns, not eth0.
+BRIDGE=cni0
+POD_CIDR=10.244.0.0/24
+BRIDGE_IP=10.244.0.1
+NODE_IP=$BRIDGE_IP
+# Only ever allocated, never routed: there is no kube-proxy.
+SERVICE_CIDR=10.245.0.0/24
+SERVICE_IP=10.245.0.1
+APISERVER=https://127.0.0.1:6443
+ETCD=http://127.0.0.1:2379
+CONTAINERD_SOCK=$RUNDIR/containerd/containerd.sock
+export STEPSHIM_CONTAINERD_SOCK=$CONTAINERD_SOCK
+NODE_NAME=$(hostname | tr 'A-Z_' 'a-z-')
+
+# Daemons in start order; `down` stops them in reverse.
+DAEMONS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+
+die() { echo "$(basename "$0"): $*" >&2; exit 1; }
+log() { echo "$(basename "$0"): $*" >&2; }
+
+need_root() { [[ $(id -u) == 0 ]] || die "must run as root"; }
+
+# The cached Kubernetes binaries for the pinned release (set by `up` once build-k8s is done).
+k8s_bin() {
+    local v
+    v=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$cluster_dir/k8s-build/go.mod")
+    echo "${STEPSHIM_CACHE:-/var/cache/stepshim}/k8s-$v/bin"
+}
+
+kubectl() { "$(k8s_bin)/kubectl" "$@"; }
+
+# wait_for SECONDS WHAT CMD...: polls CMD every half second until it succeeds; dies naming WHAT
+# (and the log to read, if LOG_HINT is set) when SECONDS pass first.
+wait_for() {
+    local secs=$1 what=$2; shift 2
+    local deadline=$((SECONDS + secs))
+    until "$@" >/dev/null 2>&1; do
+        if (( SECONDS >= deadline )); then
+            die "timed out after ${secs}s waiting for $what${LOG_HINT:+ (see $LOG_HINT)}"
+        fi
+        sleep 0.5
+    done
+}
+
+pid_of() { [[ -f $PIDS/$1.pid ]] && cat "$PIDS/$1.pid"; }
+
+# alive NAME: the daemon's recorded pid exists and is still the program we started.
+alive() {
+    local pid
+    pid=$(pid_of "$1") || return 1
+    [[ -n $pid && -r /proc/$pid/cmdline ]] || return 1
+    [[ $(tr '\0' '\n' < "/proc/$pid/cmdline" | head -1) == "$(head -1 "$PIDS/$1.cmd" 2>/dev/null)" ]]
+}
+
+# start_daemon NAME ARGV...: records ARGV (one argument a line, for restarts), starts it in its
+# own session so the caller's timeout or Ctrl-C does not take it down, writes NAME.pid.
+start_daemon() {
+    local name=$1; shift
+    mkdir -p "$PIDS" "$LOGS"
+    printf '%s\n' "$@" > "$PIDS/$name.cmd"
+    # 9>&-: the daemon must not inherit (and so hold forever) the up/down lock.
+    setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null 9>&- &
+    echo $! > "$PIDS/$name.pid"
+}
+
+# restart_daemon NAME: starts NAME again with exactly the arguments recorded by start_daemon.
+restart_daemon() {
+    local name=$1 args
+    [[ -f $PIDS/$name.cmd ]] || die "no recorded command for $name in $PIDS"
+    mapfile -t args < "$PIDS/$name.cmd"
+    start_daemon "$name" "${args[@]}"
+}
+
+# stop_daemon NAME [GRACE]: SIGTERM by recorded pid, SIGKILL after GRACE seconds, wait for exit.
+stop_daemon() {
+    local name=$1 grace=${2:-20} pid
+    alive "$name" || { rm -f "$PIDS/$name.pid"; return 0; }
+    pid=$(pid_of "$name")
+    kill -TERM "$pid" 2>/dev/null || true
+    local deadline=$((SECONDS + grace))
+    while [[ -e /proc/$pid ]] && (( SECONDS < deadline )); do sleep 0.2; done
+    if [[ -e /proc/$pid ]]; then
+        log "$name (pid $pid) ignored SIGTERM for ${grace}s; sending SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        while [[ -e /proc/$pid ]]; do sleep 0.1; done
+    fi
+    rm -f "$PIDS/$name.pid"
+}
+
+apiserver_ready() {
+    curl -sf --max-time 3 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+        "$APISERVER/readyz" | grep -qx ok
+}
+
+node_ready() {
+    [[ $(kubectl get node "$NODE_NAME" \
+        -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+}
