@@ -14,7 +14,7 @@
 //! - [`stdin`]: offset-idempotent stdin writes.
 //! - [`files`]: tar extraction (hostile input) and archiving.
 //! - [`http`]: connections, auth, routing and handlers; [`auth`], [`metrics`], [`error`] serve it.
-//! - [`user`], [`clock`]: `/etc/passwd` lookups and RFC 3339 times.
+//! - [`user`], [`clock`], [`logging`]: `/etc/passwd` lookups, RFC 3339 times, the log line writer.
 
 pub mod auth;
 pub mod clock;
@@ -23,6 +23,7 @@ pub mod error;
 pub mod files;
 pub mod http;
 pub mod log;
+pub mod logging;
 pub mod metrics;
 pub mod proc;
 pub mod pump;

@@ -14,11 +14,7 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
-    tracing_subscriber::fmt()
-        .with_max_level(config.log_level)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
+    stepshim::logging::StderrLogger::new(config.log_level).install();
     if let Err(e) = sys::set_child_subreaper() {
         tracing::warn!(cause = %e, "cannot become a child subreaper; orphans outside PID 1 go elsewhere");
     }

@@ -301,18 +301,17 @@ unsafe fn child_after_fork(
                 fail(Stage::Setup);
             }
         }
-        if let Some(c) = &ex.creds {
-            if libc::setgroups(groups.len(), groups.as_ptr()) == -1
+        if let Some(c) = &ex.creds
+            && (libc::setgroups(groups.len(), groups.as_ptr()) == -1
                 || libc::setgid(c.gid) == -1
-                || libc::setuid(c.uid) == -1
-            {
-                fail(Stage::Credentials);
-            }
+                || libc::setuid(c.uid) == -1)
+        {
+            fail(Stage::Credentials);
         }
-        if let Some(dir) = &ex.dir {
-            if libc::chdir(dir.as_ptr()) == -1 {
-                fail(Stage::Chdir);
-            }
+        if let Some(dir) = &ex.dir
+            && libc::chdir(dir.as_ptr()) == -1
+        {
+            fail(Stage::Chdir);
         }
         libc::execve(ex.path.as_ptr(), argv.as_ptr(), envp.as_ptr());
         fail(Stage::Exec)

@@ -1,5 +1,6 @@
 //! The shim as PID 1: orphans reaped with no zombie left (in a fresh PID namespace, where the shim
 //! really is PID 1), SIGTERM shutdown with grace then KILL, and configuration errors exit 64.
+#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
 mod common;
 

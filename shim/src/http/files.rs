@@ -50,10 +50,10 @@ async fn put(mut body: Incoming, dir: PathBuf, same_owner: bool) -> Result<Respo
     while let Some(frame) = body.frame().await {
         match frame {
             Ok(f) => {
-                if let Ok(data) = f.into_data() {
-                    if tx.send(data).await.is_err() {
-                        break; // the extractor stopped (error or end of archive)
-                    }
+                if let Ok(data) = f.into_data()
+                    && tx.send(data).await.is_err()
+                {
+                    break; // the extractor stopped (error or end of archive)
                 }
             }
             Err(e) => {

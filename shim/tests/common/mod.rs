@@ -1,6 +1,6 @@
 //! Test harness: runs the real `stepshim` binary as a child on a free loopback port with a fresh token,
 //! and gives tests a client, helpers to run processes to completion, and a connection-cutting proxy.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -64,11 +64,11 @@ impl Shim {
         std::thread::spawn(move || {
             let mut tx = Some(tx);
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("stepshim listening") {
-                    if let (Some(t), Some(i)) = (tx.take(), line.find("addr=\"")) {
-                        let rest = &line[i + 6..];
-                        let _ = t.send(rest[..rest.find('"').unwrap_or(rest.len())].to_owned());
-                    }
+                if line.contains("stepshim listening")
+                    && let (Some(t), Some(i)) = (tx.take(), line.find("addr=\""))
+                {
+                    let rest = &line[i + 6..];
+                    let _ = t.send(rest[..rest.find('"').unwrap_or(rest.len())].to_owned());
                 }
                 log2.lock().unwrap().push_str(&(line + "\n"));
             }
