@@ -28,7 +28,7 @@ CONTAINERD_SOCK=$RUNDIR/containerd/containerd.sock
 export STEPSHIM_CONTAINERD_SOCK=$CONTAINERD_SOCK
 NODE_NAME=$(hostname | tr 'A-Z_' 'a-z-')
 
-# Daemons in start order; `down` stops them in reverse.
+# Daemons `up` starts, in start order; `up` checks all are alive before calling a cluster healthy.
 DAEMONS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
@@ -87,20 +87,28 @@ restart_daemon() {
     start_daemon "$name" "${args[@]}"
 }
 
-# stop_daemon NAME [GRACE]: SIGTERM by recorded pid, SIGKILL after GRACE seconds, wait for exit.
-stop_daemon() {
-    local name=$1 grace=${2:-20} pid
-    alive "$name" || { rm -f "$PIDS/$name.pid"; return 0; }
-    pid=$(pid_of "$name")
-    kill -TERM "$pid" 2>/dev/null || true
-    local deadline=$((SECONDS + grace))
-    while [[ -e /proc/$pid ]] && (( SECONDS < deadline )); do sleep 0.2; done
-    if [[ -e /proc/$pid ]]; then
-        log "$name (pid $pid) ignored SIGTERM for ${grace}s; sending SIGKILL"
-        kill -KILL "$pid" 2>/dev/null || true
-        while [[ -e /proc/$pid ]]; do sleep 0.1; done
-    fi
-    rm -f "$PIDS/$name.pid"
+# stop_daemons GRACE NAME...: SIGTERM to each by recorded pid at once, SIGKILL to any still
+# running after GRACE seconds, and wait until all have exited.
+stop_daemons() {
+    local grace=$1 name pid pids=(); shift
+    for name in "$@"; do
+        if alive "$name"; then
+            pid=$(pid_of "$name")
+            kill -TERM "$pid" 2>/dev/null || true
+            pids+=("$name:$pid")
+        fi
+        rm -f "$PIDS/$name.pid"
+    done
+    local deadline=$((SECONDS + grace)) entry
+    for entry in "${pids[@]}"; do
+        name=${entry%%:*} pid=${entry#*:}
+        while [[ -e /proc/$pid ]] && (( SECONDS < deadline )); do sleep 0.1; done
+        if [[ -e /proc/$pid ]]; then
+            log "$name (pid $pid) ignored SIGTERM for ${grace}s; sending SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+            while [[ -e /proc/$pid ]]; do sleep 0.1; done
+        fi
+    done
 }
 
 apiserver_ready() {

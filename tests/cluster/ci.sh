@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# ci.sh: what CI runs for the cluster tier: up, smoke, every executable tests/cluster/tests.d/*
+# (later cluster tests; each gets KUBECONFIG and the cluster's kubectl on PATH), then down.
+# Always tears the cluster down, also on failure or interruption. Every step has a timeout.
+# Ends with one "cluster: N passed, M failed" line; exits non-zero if anything failed.
+# Timeouts (seconds) can be overridden: STEPSHIM_UP_TIMEOUT, STEPSHIM_CLUSTER_TEST_TIMEOUT.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+start=$SECONDS
+passed=0 failed=0
+
+teardown() {
+    trap - EXIT INT TERM
+    echo "cluster-ci: down"
+    timeout 300 "$here/down" || echo "cluster-ci: down failed" >&2
+    echo "cluster-ci: total $((SECONDS - start))s"
+    echo "cluster: $passed passed, $failed failed"
+    (( failed == 0 && passed > 0 )) && exit 0
+    exit 1
+}
+trap teardown EXIT
+trap 'echo "cluster-ci: interrupted" >&2; failed=$((failed + 1)); exit 1' INT TERM
+
+echo "cluster-ci: up"
+t=$SECONDS
+# A cold machine compiles Kubernetes here (about 6 minutes on 2 cores, more if shared).
+if ! env_lines=$(timeout "${STEPSHIM_UP_TIMEOUT:-3000}" "$here/up"); then
+    echo "cluster-ci: FAIL: up did not bring the cluster up (logs: /var/lib/stepshim-cluster/logs)" >&2
+    for f in /var/lib/stepshim-cluster/logs/*.log; do
+        [[ -f $f ]] && { echo "--- last lines of $f"; tail -n 15 "$f"; } >&2
+    done
+    failed=$((failed + 1))
+    exit 1
+fi
+eval "$env_lines"
+echo "cluster-ci: up took $((SECONDS - t))s"
+
+run() {
+    local name=$1 secs=$2; shift 2
+    local t=$SECONDS
+    echo "cluster-ci: run $name"
+    if timeout "$secs" "$@"; then
+        passed=$((passed + 1))
+        echo "cluster-ci: ok $name ($((SECONDS - t))s)"
+    else
+        failed=$((failed + 1))
+        echo "cluster-ci: FAIL $name ($((SECONDS - t))s)" >&2
+    fi
+}
+
+run smoke 300 "$here/smoke"
+if [[ -d $here/tests.d ]]; then
+    for t in "$here"/tests.d/*; do
+        [[ -f $t && -x $t ]] || continue
+        run "tests.d/$(basename "$t")" "${STEPSHIM_CLUSTER_TEST_TIMEOUT:-1200}" "$t"
+    done
+fi
