@@ -180,24 +180,27 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// cutProxy forwards TCP connections to a target and cuts each one after a random number of bytes
-// (1..maxCut) of the target's answers, usually in the middle of a frame or a header.
+// cutProxy forwards TCP connections to a target and cuts each one after a random number of bytes of
+// the target's answers, usually in the middle of a frame or a header: within the first bound bytes,
+// for a bound picked at random from bounds. Following output needs a bound over 1 MiB + headers, so
+// that a connection can carry a frame of the largest size whole; otherwise a resume at such a frame
+// could never make progress.
 type cutProxy struct {
 	ln     net.Listener
 	target string
-	maxCut int
+	bounds []int
 	cuts   atomic.Int64
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 }
 
-func startProxy(t *testing.T, target string, maxCut int) *cutProxy {
+func startProxy(t *testing.T, target string, bounds ...int) *cutProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{ln: ln, target: target, maxCut: maxCut, conns: map[net.Conn]struct{}{}}
+	p := &cutProxy{ln: ln, target: target, bounds: bounds, conns: map[net.Conn]struct{}{}}
 	go p.serve()
 	t.Cleanup(p.close)
 	return p
@@ -252,7 +255,7 @@ func (p *cutProxy) forward(client net.Conn) {
 		_, _ = io.Copy(server, client)
 		_ = server.Close()
 	}()
-	limit := int64(1 + rand.N(p.maxCut))
+	limit := int64(1 + rand.N(p.bounds[rand.N(len(p.bounds))]))
 	n, _ := io.Copy(client, io.LimitReader(server, limit))
 	if n == limit {
 		p.cuts.Add(1)
