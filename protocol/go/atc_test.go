@@ -221,3 +221,30 @@ func TestStdinRetriesThroughCutConnections(t *testing.T) {
 type smallReads struct{ r io.Reader }
 
 func (s *smallReads) Read(p []byte) (int, error) { return s.r.Read(p[:min(len(p), 1<<10)]) }
+
+func TestFollowResumesAfterIdleConnection(t *testing.T) {
+	s := startShim(t)
+	ctx := testContext(t)
+	c, err := shim.New(s.URL, s.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Far below the shim's 10 s keepalive: every quiet spell looks like a dead connection.
+	c.FollowIdle = 100 * time.Millisecond
+	var out bytes.Buffer
+	p, err := shim.NewContainer(c).Run(ctx, shim.ProcessSpec{Path: "sh", Args: []string{"-c",
+		"echo one; sleep 0.5; echo two; sleep 0.5; echo three"}}, shim.ProcessIO{Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, err := p.Wait(ctx); err != nil || status != 0 || out.String() != "one\ntwo\nthree\n" {
+		t.Fatalf("status %d err %v output %q", status, err, out.String())
+	}
+	m, err := s.Client.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if regexp.MustCompile(`(?m)^stepshim_output_resumes_total 0$`).MatchString(m) {
+		t.Fatalf("the idle connection was not resumed:\n%s", m)
+	}
+}

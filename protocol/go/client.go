@@ -27,6 +27,9 @@ type Client struct {
 	HTTP *http.Client
 	// Backoff bounds the waits between retries of the resuming loops; zero values mean 50ms and 2s.
 	MinBackoff, MaxBackoff time.Duration
+	// FollowIdle is how long Follow waits for a byte before it takes the connection for dead and
+	// resumes on a new one; zero means 30s, three keepalive intervals of the shim.
+	FollowIdle time.Duration
 }
 
 // New returns a Client for the shim at baseURL (e.g. "http://10.0.0.7:7777") presenting token.

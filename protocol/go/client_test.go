@@ -362,8 +362,17 @@ func TestFilesRoundTrip(t *testing.T) {
 		_, _ = tw.Write([]byte(e.body))
 	}
 	_ = tw.Close()
+	archive := in.Bytes()
 	if err := s.Client.PutFiles(ctx, dir, &in); err != nil {
 		t.Fatalf("put: %v", err)
+	}
+	// A reader of unknown length goes as a chunked body.
+	chunked := filepath.Join(t.TempDir(), "chunked")
+	if err := s.Client.PutFiles(ctx, chunked, io.MultiReader(bytes.NewReader(archive))); err != nil {
+		t.Fatalf("chunked put: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(chunked, "d", "run.sh")); err != nil || string(b) != "#!/bin/sh\necho hi\n" {
+		t.Fatalf("chunked put wrote %q, %v", b, err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "d", "link")); err != nil || string(b) != "alpha\n" {
 		t.Fatalf("extracted link reads %q, %v", b, err)

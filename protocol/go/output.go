@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 )
 
 // OutputStream is the answer of one output request: log frames from the requested offset.
@@ -133,20 +134,30 @@ type fnError struct{ err error }
 
 func (e *fnError) Error() string { return e.err.Error() }
 
-// followOnce runs one follow request, advancing *offset past each frame handed to fn.
+// followOnce runs one follow request, advancing *offset past each frame handed to fn. A connection
+// that carries no byte (not even a keepalive) for FollowIdle is cancelled, to be resumed.
 func (c *Client) followOnce(ctx context.Context, id string, offset *int64, fn func(Frame) error) (*Exit, error) {
-	s, err := c.Output(ctx, id, *offset, true)
+	idle := c.FollowIdle
+	if idle <= 0 {
+		idle = 30 * time.Second
+	}
+	reqCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watchdog := time.AfterFunc(idle, func() { cancel(errIdle) })
+	defer watchdog.Stop()
+	s, err := c.Output(reqCtx, id, *offset, true)
 	if err != nil {
-		return nil, err
+		return nil, idleOr(reqCtx, err)
 	}
 	defer s.Close()
+	fr := NewFrameReader(&watchedReader{r: s.body, watchdog: watchdog, idle: idle}, *offset)
 	for {
-		f, err := s.Next()
+		f, err := fr.Next()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = errEndedEarly
 			}
-			return nil, err
+			return nil, idleOr(reqCtx, err)
 		}
 		var exit *Exit
 		if f.Type == FrameExit {
@@ -157,9 +168,36 @@ func (c *Client) followOnce(ctx context.Context, id string, offset *int64, fn fu
 		if err := fn(f); err != nil {
 			return nil, &fnError{err}
 		}
-		*offset = s.Offset()
+		*offset = fr.Offset()
 		if exit != nil {
 			return exit, nil
 		}
 	}
+}
+
+// errIdle marks a follow connection cancelled for carrying nothing for too long.
+var errIdle = errors.New("output stream idle for too long")
+
+// idleOr returns errIdle if the watchdog cancelled ctx (so that the caller retries rather than takes it
+// for the end of its own context), else err.
+func idleOr(ctx context.Context, err error) error {
+	if errors.Is(context.Cause(ctx), errIdle) {
+		return errIdle
+	}
+	return err
+}
+
+// watchedReader re-arms the idle watchdog of a follow request on every read that brings bytes.
+type watchedReader struct {
+	r        io.Reader
+	watchdog *time.Timer
+	idle     time.Duration
+}
+
+func (w *watchedReader) Read(p []byte) (int, error) {
+	n, err := w.r.Read(p)
+	if n > 0 {
+		w.watchdog.Reset(w.idle)
+	}
+	return n, err
 }
