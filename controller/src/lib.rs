@@ -1,6 +1,20 @@
-//! The control-plane side of stepshim.
+//! The control-plane side of stepshim: creates and deletes step pods through the Kubernetes API and
+//! does everything else over HTTP to the shims. It never uses `pods/exec`, `pods/attach` or
+//! `pods/portforward`.
 //!
 //! # Layout
 //! - [`shim`]: the typed async client of one shim's HTTP API, with resuming output attach.
+//! - [`token`]: per-pod tokens derived from the controller key (HMAC of namespace/name).
+//! - [`podspec`]: the step pod: user image, shim as PID 1, delivery by init container or ConfigMap.
+//! - [`runtime`]: one target (kubeconfig, namespace, worker): create, wait, delete, list pods.
+//! - [`watch`]: the one shared reflector on the worker's pods that every wait reads.
+//! - [`gc`]: garbage collection, retirement and the credentials health check.
+//! - [`manifests`]: RBAC and the shim ConfigMap as YAML.
 
+pub mod gc;
+pub mod manifests;
+pub mod podspec;
+pub mod runtime;
 pub mod shim;
+pub mod token;
+pub mod watch;

@@ -1,1 +1,48 @@
-fn main() {}
+//! `stepctl`: parses the command line, sets up logging, connects to the target and runs one command;
+//! any error is one line on stderr and exit 1 (the process's own status otherwise).
+
+mod cli;
+
+use clap::Parser;
+use cli::args::{Cli, Command};
+use cli::{Target, admin, run};
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("STEPCTL_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match dispatch(cli).await {
+        Ok(code) => std::process::ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("stepctl: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
+    let out = cli.output;
+    match cli.command {
+        Command::Manifests(a) => admin::manifests(&cli.target, a),
+        Command::Bench(a) => cli::bench::run(&cli.target, a).await,
+        command => {
+            let target = Target::connect(&cli.target).await?;
+            match command {
+                Command::Run(a) => run::run(&target, *a).await,
+                Command::Hijack(a) => run::hijack(&target, a).await,
+                Command::Attach(a) => run::attach(&target, a).await,
+                Command::Ps(a) => admin::ps(&target, a, out).await,
+                Command::Gc(a) => admin::gc(&target, a, out).await,
+                Command::Retire => admin::retire(&target, out).await,
+                Command::Check => admin::check(&target, out).await,
+                Command::Manifests(_) | Command::Bench(_) => unreachable!("handled above"),
+            }
+        }
+    }
+}

@@ -45,14 +45,7 @@ func TestWireEdges(t *testing.T) {
 	for _, body := range []string{`{"path":"tr\u0000ue"}`, `{"path":"true","args":["a\u0000"]}`,
 		`{"path":"true","env":["A=\u0000"]}`, `{"path":"true","dir":"/tmp/\u0000"}`} {
 		_, e := do("PUT", "/v1/processes/x", body)
-		// Known shim bug, to be fixed in the Rust code: a NUL in path answers 422
-		// executable_not_found and one in dir 422 invalid_spawn, where PROTOCOL.md 4.2 says 400
-		// invalid_json. Both refuse and record nothing, which is what a client depends on.
-		knownBug := e.Status == 422 && (strings.Contains(body, `"tr\u0000ue"`) && e.Code == shim.CodeExecutableNotFound ||
-			strings.Contains(body, `"dir"`) && e.Code == shim.CodeInvalidSpawn)
-		if knownBug {
-			t.Logf("NUL in %s: %+v, PROTOCOL.md 4.2 says 400 invalid_json", body, e)
-		} else if e.Status != 400 || e.Code != shim.CodeInvalidJSON {
+		if e.Status != 400 || e.Code != shim.CodeInvalidJSON {
 			t.Errorf("NUL in %s: %+v", body, e)
 		}
 		if _, e := do("GET", "/v1/processes/x", ""); e.Status != 404 {

@@ -7,6 +7,10 @@ use stepshim::{Config, sys};
 use tokio::signal::unix::{SignalKind, signal};
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("install") {
+        return install(args.get(1).map(String::as_str));
+    }
     let config = match Config::from_sources(std::env::vars(), std::env::args().skip(1)) {
         Ok(c) => c,
         Err(e) => {
@@ -67,4 +71,27 @@ fn main() -> ExitCode {
         stepshim::run(config, listener, shutdown).await;
         ExitCode::SUCCESS
     })
+}
+
+/// `stepshim install DEST`: copies this binary to DEST, executable. An init container runs it from the
+/// shim image (which has nothing else, not even `cp`) to put the shim into a volume the step's
+/// container shares.
+fn install(dest: Option<&str>) -> ExitCode {
+    let Some(dest) = dest else {
+        eprintln!("stepshim: usage: stepshim install DEST");
+        return ExitCode::from(64);
+    };
+    let result = std::fs::read("/proc/self/exe").and_then(|bytes| {
+        let tmp = format!("{dest}.tmp");
+        std::fs::write(&tmp, bytes)?;
+        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+        std::fs::rename(&tmp, dest)
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("stepshim: cannot install to {dest}: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

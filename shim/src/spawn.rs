@@ -108,6 +108,17 @@ pub fn resolve_executable(path: &str, env: &[(String, String)]) -> Result<PathBu
 
 /// Starts the process described by `spec` with the shim's `base_env`.
 pub async fn start(spec: &SpawnRequest, base_env: &[(String, String)]) -> Result<Started, Failed> {
+    // Every string becomes a C string: refuse NULs before anything is looked up or created.
+    let strings = [
+        ("path", Some(&spec.path)),
+        ("dir", spec.dir.as_ref()),
+        ("user", spec.user.as_ref()),
+    ];
+    for (what, s) in strings {
+        if s.is_some_and(|s| s.contains('\0')) {
+            return Err(Error::InvalidJson(format!("{what} contains a NUL byte")).into());
+        }
+    }
     let env = environment(base_env, &spec.env)?;
     let exe = resolve_executable(&spec.path, &env)?;
     let creds = match &spec.user {

@@ -1,0 +1,151 @@
+//! `stepctl ps`, `gc`, `retire`, `check` and `manifests`: the worker's bookkeeping.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use controller::{gc, manifests};
+use serde_json::json;
+
+use super::Target;
+use super::args::{GcArgs, ManifestArgs, Output, PsArgs, TargetArgs};
+
+fn print_json(v: &serde_json::Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// Lists the worker's pods, or one pod's processes.
+pub async fn ps(target: &Target, args: PsArgs, out: Output) -> Result<i32> {
+    if args.pod.is_some() || matches!(target, Target::Local(_)) {
+        let procs = target.shim(args.pod.as_deref())?.list().await?;
+        if out == Output::Json {
+            print_json(&json!(procs));
+        } else {
+            println!(
+                "{:<24} {:>8} {:<8} {:>6} {:>12}",
+                "ID", "PID", "STATE", "STATUS", "OUTPUT"
+            );
+            for p in procs {
+                let status = p.exit.map_or("-".to_owned(), |e| e.status.to_string());
+                println!(
+                    "{:<24} {:>8} {:<8} {:>6} {:>12}",
+                    p.id,
+                    p.pid,
+                    format!("{:?}", p.state).to_lowercase(),
+                    status,
+                    p.output_end
+                );
+            }
+        }
+        return Ok(0);
+    }
+    let Target::Cluster(rt) = target else {
+        bail!("no cluster target")
+    };
+    let mut rows: Vec<_> = rt
+        .pods()
+        .iter()
+        .map(|p| {
+            let st = p.status.clone().unwrap_or_default();
+            json!({
+                "name": p.metadata.name,
+                "phase": st.phase,
+                "ip": st.pod_ip,
+                "build": p.metadata.annotations.as_ref().and_then(|a| a.get(controller::podspec::BUILD_LABEL)),
+                "progress": controller::runtime::progress(Some(p)).to_string(),
+            })
+        })
+        .collect();
+    rows.sort_by_key(|r| r["name"].as_str().unwrap_or_default().to_owned());
+    if out == Output::Json {
+        print_json(&json!(rows));
+    } else {
+        println!("{:<32} {:<10} {:<16} PROGRESS", "POD", "PHASE", "IP");
+        for r in rows {
+            let s = |k: &str| r[k].as_str().unwrap_or("-").to_owned();
+            println!(
+                "{:<32} {:<10} {:<16} {}",
+                s("name"),
+                s("phase"),
+                s("ip"),
+                s("progress")
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn cluster(target: &Target) -> Result<&controller::runtime::Runtime> {
+    match target {
+        Target::Cluster(rt) => Ok(rt),
+        Target::Local(_) => bail!("this command needs a cluster target, not --local"),
+    }
+}
+
+/// Deletes pods not kept.
+pub async fn gc(target: &Target, args: GcArgs, out: Output) -> Result<i32> {
+    let rt = cluster(target)?;
+    let keep: HashSet<String> = args.keep.into_iter().collect();
+    let deleted = gc::collect(rt, &keep, Duration::from_secs(args.grace)).await?;
+    report_deleted(&deleted, out);
+    Ok(0)
+}
+
+/// Deletes every pod of the worker.
+pub async fn retire(target: &Target, out: Output) -> Result<i32> {
+    let deleted = gc::retire(cluster(target)?).await?;
+    report_deleted(&deleted, out);
+    Ok(0)
+}
+
+fn report_deleted(deleted: &[String], out: Output) {
+    if out == Output::Json {
+        print_json(&json!({ "deleted": deleted }));
+    } else {
+        for d in deleted {
+            println!("deleted {d}");
+        }
+        println!("{} pod(s) deleted", deleted.len());
+    }
+}
+
+/// Checks apiserver and credentials; exit 1 when a needed verb is missing.
+pub async fn check(target: &Target, out: Output) -> Result<i32> {
+    let health = gc::check(cluster(target)?).await?;
+    if out == Output::Json {
+        print_json(&json!(health));
+    } else {
+        println!(
+            "apiserver {} reachable; namespace {}",
+            health.server_version, health.namespace
+        );
+        for a in &health.needed {
+            println!(
+                "  {:<8} {:<18} {}",
+                a.verb,
+                a.resource,
+                if a.allowed { "allowed" } else { "MISSING" }
+            );
+        }
+        for a in health.unneeded.iter().filter(|a| a.allowed) {
+            println!(
+                "  warning: {} {} is allowed but never needed",
+                a.verb, a.resource
+            );
+        }
+    }
+    Ok(if health.ok { 0 } else { 1 })
+}
+
+/// Prints RBAC (and the shim ConfigMap) as YAML.
+pub fn manifests(target: &TargetArgs, args: ManifestArgs) -> Result<i32> {
+    print!("{}", manifests::rbac(&args.name, &target.namespace)?);
+    if let Some(bin) = args.shim_configmap {
+        let bytes = std::fs::read(&bin).with_context(|| format!("reading {}", bin.display()))?;
+        print!(
+            "---\n{}",
+            manifests::shim_configmap(&args.configmap, &target.namespace, bytes)?
+        );
+    }
+    Ok(0)
+}

@@ -1,0 +1,209 @@
+//! `stepctl`'s command line, as clap derive structs apart from the logic.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// stepctl: run CI steps as Kubernetes pods with stepshim as PID 1, never through pods/exec.
+#[derive(Debug, Parser)]
+#[command(name = "stepctl", version, about)]
+pub struct Cli {
+    /// Where and as whom.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Output format for results a machine may read.
+    #[arg(long, short = 'o', global = true, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Result format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// For people.
+    Text,
+    /// One JSON document.
+    Json,
+}
+
+/// The target: a cluster namespace and worker, or a local shim.
+#[derive(Debug, Args)]
+pub struct TargetArgs {
+    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster).
+    #[arg(long, global = true, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespace of the step pods.
+    #[arg(
+        long,
+        short = 'n',
+        global = true,
+        env = "STEPCTL_NAMESPACE",
+        default_value = "default"
+    )]
+    pub namespace: String,
+    /// Worker name: the org.concourse-ci.worker label of every pod this worker owns.
+    #[arg(long, global = true, env = "STEPCTL_WORKER", default_value = "stepctl")]
+    pub worker: String,
+    /// File holding the controller key (at least 32 random bytes) that per-pod tokens derive from.
+    #[arg(long, global = true, env = "STEPCTL_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Use a stepshim started as a local child process instead of a cluster.
+    #[arg(long, global = true)]
+    pub local: bool,
+    /// The stepshim binary for --local (default: $STEPSHIM_BIN, beside stepctl, then PATH).
+    #[arg(long, global = true)]
+    pub shim_bin: Option<PathBuf>,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a step pod, run a command in it, stream its output, exit with its status, delete it.
+    Run(Box<RunArgs>),
+    /// Open an interactive shell (or a command) with a terminal in a running step pod.
+    Hijack(HijackArgs),
+    /// Follow a process's output from an offset to its exit and exit with its status.
+    Attach(AttachArgs),
+    /// List the worker's pods, or the processes of one pod.
+    Ps(PsArgs),
+    /// Delete the worker's pods that are not kept, once older than the grace period.
+    Gc(GcArgs),
+    /// Delete every pod of the worker.
+    Retire,
+    /// Check the apiserver and that the credentials hold the needed verbs (and no exec rights).
+    Check,
+    /// Print the RBAC objects (and optionally the shim ConfigMap) to apply once per namespace.
+    Manifests(ManifestArgs),
+    /// Measure the shim: footprint and latency locally, or the shim against apiserver exec.
+    Bench(crate::cli::bench::BenchArgs),
+}
+
+/// `run`
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Image of the step.
+    #[arg(long, default_value = "stepshim.local/step:dev")]
+    pub image: String,
+    /// Give the process a terminal (raw mode, resized with the window).
+    #[arg(long)]
+    pub tty: bool,
+    /// Keep the pod after the command ends (delete it later with `gc` or `retire`).
+    #[arg(long)]
+    pub keep: bool,
+    /// Pod name (default: step-<random>).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Process id in the shim.
+    #[arg(long, default_value = "main")]
+    pub id: String,
+    /// Environment entries K=V for the process.
+    #[arg(long = "env", short = 'e')]
+    pub env: Vec<String>,
+    /// Working directory of the process.
+    #[arg(long)]
+    pub dir: Option<String>,
+    /// User of the process (uid, uid:gid or a name in the image).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// How the shim reaches the pod.
+    #[arg(long, value_enum, default_value_t = DeliveryArg::Init)]
+    pub delivery: DeliveryArg,
+    /// Shim image for init-container delivery.
+    #[arg(long, default_value = "stepshim.local/stepshim:dev")]
+    pub shim_image: String,
+    /// ConfigMap name for configmap delivery.
+    #[arg(long, default_value = "stepshim")]
+    pub configmap: String,
+    /// Build name (label and annotation).
+    #[arg(long)]
+    pub build: Option<String>,
+    /// Step name (label and annotation).
+    #[arg(long)]
+    pub step: Option<String>,
+    /// CPU request and limit (e.g. 500m).
+    #[arg(long)]
+    pub cpu: Option<String>,
+    /// Memory request and limit (e.g. 1Gi).
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// Run the main container privileged.
+    #[arg(long)]
+    pub privileged: bool,
+    /// Seconds to wait for the pod to be ready.
+    #[arg(long, default_value_t = 300)]
+    pub ready_timeout: u64,
+    /// Pass stdin to the process (always on with --tty).
+    #[arg(long, short = 'i')]
+    pub stdin: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// Shim delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeliveryArg {
+    /// Init container copying the shim from its image into an emptyDir.
+    Init,
+    /// A ConfigMap holding the binary (see `stepctl manifests --shim-configmap`).
+    Configmap,
+}
+
+/// `hijack`
+#[derive(Debug, Args)]
+pub struct HijackArgs {
+    /// The step pod (ignored with --local).
+    pub pod: Option<String>,
+    /// Process id (default: hijack-<random>).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Command (default: /bin/sh).
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+/// `attach`
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// The step pod.
+    pub pod: String,
+    /// The process id.
+    pub id: String,
+    /// Log offset to start from (a frame boundary; 0 replays everything).
+    #[arg(long, default_value_t = 0)]
+    pub offset: u64,
+}
+
+/// `ps`
+#[derive(Debug, Args)]
+pub struct PsArgs {
+    /// List the processes of this pod instead of the pods.
+    pub pod: Option<String>,
+}
+
+/// `gc`
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Pods to keep (the desired set).
+    #[arg(long = "keep")]
+    pub keep: Vec<String>,
+    /// Never collect pods younger than this many seconds (they may be starting).
+    #[arg(long, default_value_t = 60)]
+    pub grace: u64,
+}
+
+/// `manifests`
+#[derive(Debug, Args)]
+pub struct ManifestArgs {
+    /// Name of the ServiceAccount, Role and RoleBinding.
+    #[arg(long, default_value = "stepshim-worker")]
+    pub name: String,
+    /// Also print the ConfigMap carrying this shim binary.
+    #[arg(long)]
+    pub shim_configmap: Option<PathBuf>,
+    /// Name of that ConfigMap.
+    #[arg(long, default_value = "stepshim")]
+    pub configmap: String,
+}

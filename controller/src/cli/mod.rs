@@ -1,0 +1,71 @@
+//! The commands of `stepctl`. Each file holds one command's logic; `args.rs` holds the parsing.
+
+pub mod admin;
+pub mod args;
+pub mod bench;
+pub mod local;
+pub mod run;
+pub mod term;
+
+use anyhow::{Context, Result, bail};
+use controller::runtime::{Runtime, TargetConfig};
+use controller::shim::ShimClient;
+use controller::token::Key;
+
+use args::TargetArgs;
+
+/// Where commands act: a cluster target, or a local shim.
+#[derive(Debug)]
+pub enum Target {
+    /// A namespace and worker of a cluster.
+    Cluster(Box<Runtime>),
+    /// A shim child process.
+    Local(local::LocalShim),
+}
+
+impl Target {
+    /// Connects as the arguments say.
+    pub async fn connect(args: &TargetArgs) -> Result<Target> {
+        if args.local {
+            let bin = local::find_binary(args.shim_bin.clone())?;
+            return Ok(Target::Local(local::LocalShim::start(&bin)?));
+        }
+        Ok(Target::Cluster(Box::new(connect_cluster(args).await?)))
+    }
+
+    /// The shim client of `pod` (the local shim ignores the name).
+    pub fn shim(&self, pod: Option<&str>) -> Result<ShimClient> {
+        match self {
+            Target::Local(l) => Ok(l.client.clone()),
+            Target::Cluster(rt) => {
+                let pod = pod.context("name the pod")?;
+                Ok(rt.shim(pod)?)
+            }
+        }
+    }
+}
+
+/// Connects to the cluster target.
+pub async fn connect_cluster(args: &TargetArgs) -> Result<Runtime> {
+    let Some(key_file) = &args.key_file else {
+        bail!(
+            "no controller key: pass --key-file or set STEPCTL_KEY_FILE (32+ random bytes, e.g. head -c 32 /dev/urandom)"
+        );
+    };
+    let key = Key::from_file(key_file)?;
+    let target = TargetConfig {
+        kubeconfig: args.kubeconfig.clone(),
+        namespace: args.namespace.clone(),
+        worker: args.worker.clone(),
+    };
+    Runtime::connect(&target, key)
+        .await
+        .context("connecting to the cluster")
+}
+
+/// A short random suffix for names.
+pub fn random_suffix() -> String {
+    (0..8)
+        .map(|_| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[rand::random_range(0..36)]))
+        .collect()
+}

@@ -1,0 +1,153 @@
+//! `stepctl run`, `attach` and `hijack`: a process through the shim, its output on our terminal, our
+//! exit status its own. `run` also creates the step pod first and deletes it after.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use controller::podspec::{Delivery, StepSpec};
+use controller::shim::ShimClient;
+use protocol::SpawnRequest;
+
+use super::args::{AttachArgs, DeliveryArg, HijackArgs, RunArgs};
+use super::{Target, random_suffix, term};
+
+/// How long a process gets between TERM and KILL after Ctrl-C.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
+
+/// Runs the command; returns the exit code.
+pub async fn run(target: &Target, args: RunArgs) -> Result<i32> {
+    let (path, rest) = args.command.split_first().context("no command")?;
+    let tty = args
+        .tty
+        .then(|| term::size().unwrap_or(protocol::TtySize { cols: 80, rows: 24 }));
+    let spec = SpawnRequest {
+        path: path.clone(),
+        args: rest.to_vec(),
+        env: args.env.clone(),
+        dir: args.dir.clone(),
+        user: args.user.clone(),
+        stdin: args.stdin || args.tty,
+        tty,
+    };
+    match target {
+        Target::Local(local) => run_process(&local.client, &args.id, &spec).await,
+        Target::Cluster(rt) => {
+            let name = args
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("step-{}", random_suffix()));
+            let delivery = match args.delivery {
+                DeliveryArg::Init => Delivery::InitContainer {
+                    image: args.shim_image.clone(),
+                },
+                DeliveryArg::Configmap => Delivery::ConfigMap {
+                    name: args.configmap.clone(),
+                },
+            };
+            let mut step = StepSpec::new(&name, &args.image, delivery);
+            step.build = args.build.clone();
+            step.step = args.step.clone();
+            step.cpu = args.cpu.clone();
+            step.memory = args.memory.clone();
+            step.privileged = args.privileged;
+            rt.create(&step)
+                .await
+                .with_context(|| format!("creating pod {name}"))?;
+            let result = async {
+                let ip = rt
+                    .wait_ready(&name, Duration::from_secs(args.ready_timeout), |p| {
+                        eprintln!("stepctl: pod {name}: {p}")
+                    })
+                    .await?;
+                let shim = rt.shim_at(&name, &ip)?;
+                run_process(&shim, &args.id, &spec).await
+            }
+            .await;
+            if args.keep {
+                eprintln!("stepctl: keeping pod {name}");
+            } else if let Err(e) = rt.delete(&name).await {
+                eprintln!("stepctl: could not delete pod {name}: {e}");
+            }
+            result
+        }
+    }
+}
+
+/// Spawns `spec` as `id` and follows it; Ctrl-C TERMs it, then KILLs it after a grace period.
+pub async fn run_process(shim: &ShimClient, id: &str, spec: &SpawnRequest) -> Result<i32> {
+    shim.spawn(id, spec)
+        .await
+        .with_context(|| format!("starting {:?}", spec.path))?;
+    follow(shim, id, 0, spec.stdin, spec.tty.is_some()).await
+}
+
+async fn follow(shim: &ShimClient, id: &str, offset: u64, stdin: bool, tty: bool) -> Result<i32> {
+    let _raw = if tty {
+        Some(term::RawMode::enter()?)
+    } else {
+        None
+    };
+    let input = stdin.then(|| tokio::spawn(term::pump_stdin(shim.clone(), id.to_owned())));
+    let resizes = tty.then(|| tokio::spawn(term::follow_resizes(shim.clone(), id.to_owned())));
+    let attach = term::stream(shim, id, offset);
+    tokio::pin!(attach);
+    let attached = tokio::select! {
+        r = &mut attach => r,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("stepctl: interrupted; sending TERM to {id}");
+            let _ = shim.signal(id, "TERM").await;
+            match tokio::time::timeout(INTERRUPT_GRACE, &mut attach).await {
+                Ok(r) => r,
+                Err(_) => {
+                    eprintln!("stepctl: {id} still running after {INTERRUPT_GRACE:?}; sending KILL");
+                    let _ = shim.signal(id, "KILL").await;
+                    attach.await
+                }
+            }
+        }
+    };
+    for task in [
+        input.map(|t| t.abort_handle()),
+        resizes.map(|t| t.abort_handle()),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        task.abort();
+    }
+    Ok(term::exit_code(&attached?.exit))
+}
+
+/// `stepctl attach POD ID`: the rest of a process's output, and its exit status.
+pub async fn attach(target: &Target, args: AttachArgs) -> Result<i32> {
+    let shim = target.shim(Some(&args.pod))?;
+    follow(&shim, &args.id, args.offset, false, false).await
+}
+
+/// `stepctl hijack POD`: an interactive terminal in a running pod.
+pub async fn hijack(target: &Target, args: HijackArgs) -> Result<i32> {
+    let shim = target.shim(args.pod.as_deref())?;
+    let mut command = args.command.clone();
+    if command.is_empty() {
+        command = vec!["/bin/sh".into()];
+    }
+    let id = args
+        .id
+        .clone()
+        .unwrap_or_else(|| format!("hijack-{}", random_suffix()));
+    let spec = SpawnRequest {
+        path: command[0].clone(),
+        args: command[1..].to_vec(),
+        env: vec![format!(
+            "TERM={}",
+            std::env::var("TERM").unwrap_or_else(|_| "xterm".into())
+        )],
+        stdin: true,
+        tty: Some(term::size().unwrap_or(protocol::TtySize { cols: 80, rows: 24 })),
+        ..Default::default()
+    };
+    let code = run_process(&shim, &id, &spec).await;
+    // The hijacked shell is done; forget it so it does not linger in the shim.
+    let _ = shim.delete(&id, true).await;
+    code
+}

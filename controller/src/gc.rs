@@ -1,0 +1,141 @@
+//! Garbage collection, retirement and the health check of a target.
+//!
+//! GC reads the shared pod cache (no list per tick) and deletes the worker's pods that are not in the
+//! desired set once they are older than a grace period, so a pod being created right now by another
+//! request is never collected. Retire deletes everything the worker created. The health check
+//! confirms the apiserver answers and, with SelfSubjectAccessReview, that the worker's credentials
+//! hold the pod verbs it needs and none of the exec family it must not need.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::PostParams;
+use serde::Serialize;
+
+use crate::runtime::{Runtime, RuntimeError};
+
+/// Verbs on pods the controller needs.
+pub const NEEDED: &[(&str, &str)] = &[
+    ("pods", "get"),
+    ("pods", "list"),
+    ("pods", "watch"),
+    ("pods", "create"),
+    ("pods", "delete"),
+];
+/// Rights the controller never uses: holding them is over-privileged.
+pub const UNNEEDED: &[(&str, &str)] = &[
+    ("pods/exec", "create"),
+    ("pods/attach", "create"),
+    ("pods/portforward", "create"),
+];
+
+/// Deletes the worker's pods not in `desired` that are older than `grace`; returns their names.
+pub async fn collect(
+    rt: &Runtime,
+    desired: &HashSet<String>,
+    grace: Duration,
+) -> Result<Vec<String>, RuntimeError> {
+    let now = Timestamp::now();
+    let mut deleted = Vec::new();
+    for pod in rt.pods() {
+        let Some(name) = pod.metadata.name.clone() else {
+            continue;
+        };
+        if desired.contains(&name) || pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let age = pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .and_then(|t| now.duration_since(t.0).try_into().ok())
+            .unwrap_or(Duration::ZERO);
+        if age < grace {
+            continue;
+        }
+        rt.delete(&name).await?;
+        deleted.push(name);
+    }
+    Ok(deleted)
+}
+
+/// Deletes every pod of the worker; returns their names.
+pub async fn retire(rt: &Runtime) -> Result<Vec<String>, RuntimeError> {
+    collect(rt, &HashSet::new(), Duration::ZERO).await
+}
+
+/// One access check.
+#[derive(Debug, Clone, Serialize)]
+pub struct Access {
+    /// Resource (`pods`, `pods/exec`, ...).
+    pub resource: String,
+    /// Verb.
+    pub verb: String,
+    /// Whether the credentials hold it.
+    pub allowed: bool,
+}
+
+/// The health of a target.
+#[derive(Debug, Clone, Serialize)]
+pub struct Health {
+    /// The apiserver's version.
+    pub server_version: String,
+    /// Namespace checked.
+    pub namespace: String,
+    /// Verbs needed, with their answers.
+    pub needed: Vec<Access>,
+    /// Verbs not needed, with their answers (allowed ones are a warning).
+    pub unneeded: Vec<Access>,
+    /// Every needed verb is allowed.
+    pub ok: bool,
+}
+
+/// Checks the apiserver and the credentials' rights in the target's namespace.
+pub async fn check(rt: &Runtime) -> Result<Health, RuntimeError> {
+    let version = rt.client.apiserver_version().await?;
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(rt.client.clone());
+    let ask = async |list: &[(&str, &str)]| -> Result<Vec<Access>, RuntimeError> {
+        let mut out = Vec::new();
+        for (resource, verb) in list {
+            let (res, sub) = resource
+                .split_once('/')
+                .map_or((*resource, None), |(r, s)| (r, Some(s.to_owned())));
+            let review = SelfSubjectAccessReview {
+                spec: SelfSubjectAccessReviewSpec {
+                    resource_attributes: Some(ResourceAttributes {
+                        namespace: Some(rt.namespace.clone()),
+                        resource: Some(res.to_owned()),
+                        subresource: sub,
+                        verb: Some((*verb).to_owned()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let answer = reviews.create(&PostParams::default(), &review).await?;
+            let allowed = answer.status.is_some_and(|s| s.allowed);
+            out.push(Access {
+                resource: (*resource).to_owned(),
+                verb: (*verb).to_owned(),
+                allowed,
+            });
+        }
+        Ok(out)
+    };
+    let needed = ask(NEEDED).await?;
+    let unneeded = ask(UNNEEDED).await?;
+    let ok = needed.iter().all(|a| a.allowed);
+    Ok(Health {
+        server_version: version.git_version,
+        namespace: rt.namespace.clone(),
+        needed,
+        unneeded,
+        ok,
+    })
+}

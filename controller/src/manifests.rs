@@ -1,0 +1,146 @@
+//! What an operator applies once per namespace: the worker's ServiceAccount, a Role granting pods
+//! get/list/watch/create/delete (and configmaps get, for ConfigMap delivery) and nothing of
+//! `pods/exec`, `pods/attach` or `pods/portforward`, the RoleBinding, and optionally the ConfigMap
+//! carrying the shim binary.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::podspec::CONFIGMAP_KEY;
+
+fn meta(name: &str, namespace: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(namespace.to_owned()),
+        labels: Some(BTreeMap::from([(
+            "app.kubernetes.io/part-of".to_owned(),
+            "stepshim".to_owned(),
+        )])),
+        ..Default::default()
+    }
+}
+
+/// The rules of the worker's Role.
+pub fn rules() -> Vec<PolicyRule> {
+    vec![
+        PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["pods".into()]),
+            verbs: vec![
+                "get".into(),
+                "list".into(),
+                "watch".into(),
+                "create".into(),
+                "delete".into(),
+            ],
+            ..Default::default()
+        },
+        PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["configmaps".into()]),
+            verbs: vec!["get".into()],
+            ..Default::default()
+        },
+    ]
+}
+
+/// ServiceAccount, Role and RoleBinding for worker identity `name` in `namespace`, as YAML documents.
+pub fn rbac(name: &str, namespace: &str) -> Result<String, serde_yaml::Error> {
+    let sa = ServiceAccount {
+        metadata: meta(name, namespace),
+        automount_service_account_token: Some(true),
+        ..Default::default()
+    };
+    let role = Role {
+        metadata: meta(name, namespace),
+        rules: Some(rules()),
+    };
+    let binding = RoleBinding {
+        metadata: meta(name, namespace),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: name.to_owned(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: name.to_owned(),
+            namespace: Some(namespace.to_owned()),
+            ..Default::default()
+        }]),
+    };
+    Ok([
+        doc("v1", "ServiceAccount", &sa)?,
+        doc("rbac.authorization.k8s.io/v1", "Role", &role)?,
+        doc("rbac.authorization.k8s.io/v1", "RoleBinding", &binding)?,
+    ]
+    .join("---\n"))
+}
+
+/// The ConfigMap carrying the shim binary under the key `stepshim`.
+pub fn shim_configmap(
+    name: &str,
+    namespace: &str,
+    binary: Vec<u8>,
+) -> Result<String, serde_yaml::Error> {
+    let cm = ConfigMap {
+        metadata: meta(name, namespace),
+        binary_data: Some(BTreeMap::from([(
+            CONFIGMAP_KEY.to_owned(),
+            ByteString(binary),
+        )])),
+        ..Default::default()
+    };
+    doc("v1", "ConfigMap", &cm)
+}
+
+fn doc<T: serde::Serialize>(
+    api_version: &str,
+    kind: &str,
+    obj: &T,
+) -> Result<String, serde_yaml::Error> {
+    let mut v = serde_yaml::to_value(obj)?;
+    if let serde_yaml::Value::Mapping(m) = &mut v {
+        m.insert("apiVersion".into(), api_version.into());
+        m.insert("kind".into(), kind.into());
+    }
+    serde_yaml::to_string(&v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rbac_grants_pod_lifecycle_and_nothing_of_exec() {
+        let y = rbac("ci-worker", "steps").unwrap();
+        assert_eq!(
+            y.matches("kind: ").count(),
+            4,
+            "three objects plus the subject's kind"
+        );
+        assert!(
+            y.contains("kind: Role\n")
+                && y.contains("kind: RoleBinding")
+                && y.contains("kind: ServiceAccount")
+        );
+        for verb in ["get", "list", "watch", "create", "delete"] {
+            assert!(y.contains(&format!("- {verb}")), "{verb}");
+        }
+        for forbidden in [
+            "pods/exec",
+            "pods/attach",
+            "pods/portforward",
+            "'*'",
+            "deletecollection",
+        ] {
+            assert!(!y.contains(forbidden), "{forbidden} must not be granted");
+        }
+        let cm = shim_configmap("stepshim", "steps", vec![0, 1, 2, 255]).unwrap();
+        assert!(cm.contains("binaryData") && cm.contains("stepshim: AAEC/w=="));
+    }
+}

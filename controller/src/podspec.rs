@@ -1,0 +1,273 @@
+//! Builds a step pod: the user's image with `stepshim` as PID 1 of its main container, the shim
+//! delivered by an init container (copying it out of the shim image into an emptyDir) or by a
+//! ConfigMap, a `/healthz` readiness probe, and the pod's labels, resources and security settings.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction,
+    KeyToPath, Pod, PodSecurityContext, PodSpec, Probe, ResourceRequirements, SecurityContext,
+    Toleration, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+/// The label every pod of a worker carries; GC and the watcher select on it.
+pub const WORKER_LABEL: &str = "org.concourse-ci.worker";
+/// Label and annotation naming the build.
+pub const BUILD_LABEL: &str = "org.concourse-ci.build";
+/// Label and annotation naming the step.
+pub const STEP_LABEL: &str = "org.concourse-ci.step";
+/// Port the shim serves on inside the pod.
+pub const SHIM_PORT: u16 = 7777;
+/// Where the shim binary is mounted in the main container.
+pub const SHIM_DIR: &str = "/.stepshim";
+/// Key of the shim binary in the shim ConfigMap.
+pub const CONFIGMAP_KEY: &str = "stepshim";
+
+/// How the shim binary reaches the main container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// An init container from this image runs `/stepshim install` into an emptyDir.
+    InitContainer {
+        /// The shim image (`FROM scratch` plus `/stepshim`).
+        image: String,
+    },
+    /// A ConfigMap holding the binary under the key `stepshim` (see `stepctl manifests`).
+    ConfigMap {
+        /// The ConfigMap's name.
+        name: String,
+    },
+}
+
+/// What a step pod looks like.
+#[derive(Debug, Clone)]
+pub struct StepSpec {
+    /// Pod name (DNS label).
+    pub name: String,
+    /// The step's image.
+    pub image: String,
+    /// Build that owns the step, if any.
+    pub build: Option<String>,
+    /// Step name, if any.
+    pub step: Option<String>,
+    /// Environment of the main container; every process inherits it.
+    pub env: Vec<(String, String)>,
+    /// CPU request and limit, e.g. `500m`.
+    pub cpu: Option<String>,
+    /// Memory request and limit, e.g. `1Gi`.
+    pub memory: Option<String>,
+    /// User id of the main container (the shim and, by default, every process).
+    pub run_as_user: Option<i64>,
+    /// Group id of the main container.
+    pub run_as_group: Option<i64>,
+    /// Privileged main container.
+    pub privileged: bool,
+    /// Node selector.
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Service account, if the step needs one.
+    pub service_account: Option<String>,
+    /// Mount the service account token (off by default: steps should not talk to the cluster).
+    pub automount_service_account_token: bool,
+    /// Image pull policy of the step image (`IfNotPresent` when unset).
+    pub image_pull_policy: Option<String>,
+    /// Shim delivery.
+    pub delivery: Delivery,
+}
+
+impl StepSpec {
+    /// A spec with defaults for everything but name, image and delivery.
+    pub fn new(name: impl Into<String>, image: impl Into<String>, delivery: Delivery) -> Self {
+        StepSpec {
+            name: name.into(),
+            image: image.into(),
+            build: None,
+            step: None,
+            env: Vec::new(),
+            cpu: None,
+            memory: None,
+            run_as_user: None,
+            run_as_group: None,
+            privileged: false,
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+            service_account: None,
+            automount_service_account_token: false,
+            image_pull_policy: None,
+            delivery,
+        }
+    }
+}
+
+/// A label value from free text: at most 63 characters of `[A-Za-z0-9._-]`, alphanumeric at the ends.
+pub fn label_value(s: &str) -> String {
+    let cleaned: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(63)
+        .collect();
+    cleaned
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_owned()
+}
+
+/// The pod for `spec`, owned by `worker`, whose shim accepts the token hashing to `token_sha256`.
+pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str) -> Pod {
+    let mut labels = BTreeMap::from([(WORKER_LABEL.to_owned(), label_value(worker))]);
+    let mut annotations = BTreeMap::new();
+    for (key, value) in [(BUILD_LABEL, &spec.build), (STEP_LABEL, &spec.step)] {
+        if let Some(v) = value {
+            labels.insert(key.to_owned(), label_value(v));
+            annotations.insert(key.to_owned(), v.clone());
+        }
+    }
+    let (volume, init) = match &spec.delivery {
+        Delivery::InitContainer { image } => (
+            Volume {
+                name: "stepshim".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            },
+            Some(Container {
+                name: "stepshim-install".into(),
+                image: Some(image.clone()),
+                image_pull_policy: Some("IfNotPresent".into()),
+                command: Some(vec![
+                    "/stepshim".into(),
+                    "install".into(),
+                    format!("{SHIM_DIR}/stepshim"),
+                ]),
+                volume_mounts: Some(vec![VolumeMount {
+                    name: "stepshim".into(),
+                    mount_path: SHIM_DIR.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        ),
+        Delivery::ConfigMap { name } => (
+            Volume {
+                name: "stepshim".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: name.clone(),
+                    items: Some(vec![KeyToPath {
+                        key: CONFIGMAP_KEY.into(),
+                        path: "stepshim".into(),
+                        mode: Some(0o555),
+                    }]),
+                    default_mode: Some(0o555),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            None,
+        ),
+    };
+    let mut env = vec![
+        EnvVar {
+            name: "STEPSHIM_TOKEN_SHA256".into(),
+            value: Some(token_sha256.into()),
+            ..Default::default()
+        },
+        EnvVar {
+            name: "STEPSHIM_LISTEN".into(),
+            value: Some(format!("0.0.0.0:{SHIM_PORT}")),
+            ..Default::default()
+        },
+    ];
+    env.extend(spec.env.iter().map(|(k, v)| EnvVar {
+        name: k.clone(),
+        value: Some(v.clone()),
+        ..Default::default()
+    }));
+    let resources = (spec.cpu.is_some() || spec.memory.is_some()).then(|| {
+        let mut q = BTreeMap::new();
+        if let Some(c) = &spec.cpu {
+            q.insert("cpu".to_owned(), Quantity(c.clone()));
+        }
+        if let Some(m) = &spec.memory {
+            q.insert("memory".to_owned(), Quantity(m.clone()));
+        }
+        ResourceRequirements {
+            requests: Some(q.clone()),
+            limits: Some(q),
+            ..Default::default()
+        }
+    });
+    let main = Container {
+        name: "step".into(),
+        image: Some(spec.image.clone()),
+        image_pull_policy: Some(
+            spec.image_pull_policy
+                .clone()
+                .unwrap_or_else(|| "IfNotPresent".into()),
+        ),
+        command: Some(vec![format!("{SHIM_DIR}/stepshim")]),
+        env: Some(env),
+        ports: Some(vec![ContainerPort {
+            name: Some("stepshim".into()),
+            container_port: SHIM_PORT.into(),
+            ..Default::default()
+        }]),
+        readiness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/healthz".into()),
+                port: IntOrString::Int(SHIM_PORT.into()),
+                ..Default::default()
+            }),
+            period_seconds: Some(1),
+            failure_threshold: Some(3),
+            ..Default::default()
+        }),
+        security_context: Some(SecurityContext {
+            privileged: Some(spec.privileged),
+            run_as_user: spec.run_as_user,
+            run_as_group: spec.run_as_group,
+            ..Default::default()
+        }),
+        resources,
+        volume_mounts: Some(vec![VolumeMount {
+            name: "stepshim".into(),
+            mount_path: SHIM_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(spec.name.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".into()),
+            automount_service_account_token: Some(spec.automount_service_account_token),
+            service_account_name: spec.service_account.clone(),
+            // The shim TERMs its processes and waits its own grace (10 s) on SIGTERM.
+            termination_grace_period_seconds: Some(15),
+            enable_service_links: Some(false),
+            init_containers: init.map(|c| vec![c]),
+            containers: vec![main],
+            volumes: Some(vec![volume]),
+            node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
+            tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
+            security_context: Some(PodSecurityContext::default()),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,77 @@
+//! Tests of the step pod spec.
+
+use super::*;
+
+#[test]
+fn init_container_delivery_runs_the_shim_as_pid_1_of_the_user_image() {
+    let mut spec = StepSpec::new(
+        "step-1",
+        "busybox:latest",
+        Delivery::InitContainer {
+            image: "shim:dev".into(),
+        },
+    );
+    spec.build = Some("main/build #42".into());
+    spec.env = vec![("CI".into(), "true".into())];
+    spec.cpu = Some("250m".into());
+    let pod = build_pod(&spec, "worker-a", "abc123");
+    let labels = pod.metadata.labels.clone().unwrap();
+    assert_eq!(labels[WORKER_LABEL], "worker-a");
+    assert_eq!(labels[BUILD_LABEL], "main_build__42");
+    assert_eq!(
+        pod.metadata.annotations.unwrap()[BUILD_LABEL],
+        "main/build #42"
+    );
+    let ps = pod.spec.unwrap();
+    assert_eq!(ps.automount_service_account_token, Some(false));
+    assert_eq!(ps.restart_policy.as_deref(), Some("Never"));
+    let init = &ps.init_containers.unwrap()[0];
+    assert_eq!(init.image.as_deref(), Some("shim:dev"));
+    assert_eq!(
+        init.command.clone().unwrap(),
+        ["/stepshim", "install", "/.stepshim/stepshim"]
+    );
+    let main = &ps.containers[0];
+    assert_eq!(main.image.as_deref(), Some("busybox:latest"));
+    assert_eq!(main.command.clone().unwrap(), ["/.stepshim/stepshim"]);
+    let env = main.env.clone().unwrap();
+    assert!(
+        env.iter()
+            .any(|e| e.name == "STEPSHIM_TOKEN_SHA256" && e.value.as_deref() == Some("abc123"))
+    );
+    assert!(env.iter().any(|e| e.name == "CI"));
+    assert!(!env.iter().any(|e| {
+        e.value
+            .as_deref()
+            .is_some_and(|v| v.len() == 64 && v != "abc123")
+    }));
+    let probe = main.readiness_probe.clone().unwrap().http_get.unwrap();
+    assert_eq!(probe.path.as_deref(), Some("/healthz"));
+    assert_eq!(
+        main.resources.clone().unwrap().limits.unwrap()["cpu"].0,
+        "250m"
+    );
+}
+
+#[test]
+fn configmap_delivery_mounts_the_binary_executable() {
+    let spec = StepSpec::new(
+        "s",
+        "img",
+        Delivery::ConfigMap {
+            name: "stepshim-bin".into(),
+        },
+    );
+    let ps = build_pod(&spec, "w", "h").spec.unwrap();
+    assert!(ps.init_containers.is_none());
+    let cm = ps.volumes.unwrap()[0].config_map.clone().unwrap();
+    assert_eq!(cm.name, "stepshim-bin");
+    assert_eq!(cm.items.unwrap()[0].mode, Some(0o555));
+}
+
+#[test]
+fn label_values_are_valid() {
+    assert_eq!(label_value("--a b--"), "a_b");
+    assert_eq!(label_value(&"x".repeat(100)).len(), 63);
+    assert_eq!(label_value("#"), "");
+}

@@ -1,0 +1,356 @@
+//! One target of the controller: a kubeconfig (or in-cluster service account), a namespace and a
+//! worker name. Creates step pods, waits for them on the shared pod watch, hands out shim clients
+//! with each pod's token, and deletes pods. Pods are the only API objects it touches.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use thiserror::Error;
+
+use crate::podspec::{self, SHIM_PORT, StepSpec, WORKER_LABEL};
+use crate::shim::{ClientError, ShimClient};
+use crate::token::Key;
+use crate::watch::PodWatch;
+
+/// What identifies a target.
+#[derive(Debug, Clone)]
+pub struct TargetConfig {
+    /// Kubeconfig file; `None` infers (`KUBECONFIG`, `~/.kube/config`, then in-cluster).
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespace of the step pods.
+    pub namespace: String,
+    /// Worker name, the value of the `org.concourse-ci.worker` label.
+    pub worker: String,
+}
+
+/// Errors of the runtime.
+#[derive(Debug, Error)]
+pub enum RuntimeError {
+    /// Loading the kubeconfig or building a client failed.
+    #[error("kubernetes configuration: {0}")]
+    Config(String),
+    /// An API call failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The pod cache could not be filled.
+    #[error("{0}")]
+    Watch(String),
+    /// The pod cannot start, with Kubernetes' own reason.
+    #[error("pod {name} cannot start: {reason}: {message}")]
+    PodFailed {
+        /// Pod name.
+        name: String,
+        /// Kubernetes' reason (`ErrImagePull`, `Unschedulable`, ...).
+        reason: String,
+        /// Kubernetes' message.
+        message: String,
+    },
+    /// The pod was not ready in time; `last` says what it was waiting for.
+    #[error("pod {name} not ready after {waited:?}: {last}")]
+    Timeout {
+        /// Pod name.
+        name: String,
+        /// How long we waited.
+        waited: Duration,
+        /// Its last known state.
+        last: String,
+    },
+    /// No such pod of this worker.
+    #[error("no pod {0} of this worker")]
+    NotFound(String),
+    /// A shim call failed.
+    #[error(transparent)]
+    Shim(#[from] ClientError),
+}
+
+/// Where a pod is on its way to ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// Not yet in the cache.
+    Unknown,
+    /// Waiting for a node (with the scheduler's message, if any).
+    Scheduling(String),
+    /// Pulling or waiting for an image.
+    Pulling(String),
+    /// Containers starting, or the shim not yet answering its readiness probe.
+    Starting(String),
+    /// Running, ready, with this pod IP.
+    Ready(String),
+    /// Will never be ready.
+    Failed {
+        /// Kubernetes' reason.
+        reason: String,
+        /// Kubernetes' message.
+        message: String,
+    },
+}
+
+impl std::fmt::Display for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Progress::Unknown => write!(f, "creating"),
+            Progress::Scheduling(m) => write!(f, "scheduling{}", suffix(m)),
+            Progress::Pulling(m) => write!(f, "pulling image{}", suffix(m)),
+            Progress::Starting(m) => write!(f, "starting{}", suffix(m)),
+            Progress::Ready(ip) => write!(f, "ready at {ip}"),
+            Progress::Failed { reason, message } => {
+                write!(f, "failed: {reason}{}", suffix(message))
+            }
+        }
+    }
+}
+
+fn suffix(m: &str) -> String {
+    if m.is_empty() {
+        String::new()
+    } else {
+        format!(" ({m})")
+    }
+}
+
+/// Reasons of a waiting container that mean the pod will not start without a change.
+const FATAL_WAITING: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+    "CrashLoopBackOff",
+];
+
+/// Reads a pod's progress from its status.
+pub fn progress(pod: Option<&Pod>) -> Progress {
+    let Some(pod) = pod else {
+        return Progress::Unknown;
+    };
+    let Some(status) = &pod.status else {
+        return Progress::Scheduling(String::new());
+    };
+    let phase = status.phase.as_deref().unwrap_or("Pending");
+    if phase == "Failed" || phase == "Succeeded" {
+        return Progress::Failed {
+            reason: status
+                .reason
+                .clone()
+                .unwrap_or_else(|| format!("pod {}", phase.to_lowercase())),
+            message: status
+                .message
+                .clone()
+                .unwrap_or_else(|| "the shim exited".into()),
+        };
+    }
+    let conditions = status.conditions.clone().unwrap_or_default();
+    let cond = |t: &str| conditions.iter().find(|c| c.type_ == t);
+    let statuses = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten());
+    for cs in statuses.clone() {
+        if let Some(w) = cs.state.as_ref().and_then(|s| s.waiting.as_ref()) {
+            let reason = w.reason.clone().unwrap_or_default();
+            if FATAL_WAITING.contains(&reason.as_str()) {
+                return Progress::Failed {
+                    reason,
+                    message: w.message.clone().unwrap_or_default(),
+                };
+            }
+        }
+        if let Some(t) = cs.state.as_ref().and_then(|s| s.terminated.as_ref())
+            && t.exit_code != 0
+        {
+            return Progress::Failed {
+                reason: format!("container {} exited {}", cs.name, t.exit_code),
+                message: t.message.clone().or(t.reason.clone()).unwrap_or_default(),
+            };
+        }
+    }
+    match cond("PodScheduled") {
+        Some(c) if c.status == "True" => {}
+        Some(c) => return Progress::Scheduling(c.message.clone().unwrap_or_default()),
+        None => return Progress::Scheduling(String::new()),
+    }
+    for cs in statuses {
+        if let Some(w) = cs.state.as_ref().and_then(|s| s.waiting.as_ref()) {
+            let reason = w.reason.clone().unwrap_or_default();
+            if reason == "ContainerCreating" || reason == "PodInitializing" {
+                return Progress::Pulling(format!("{}: {reason}", cs.name));
+            }
+            return Progress::Starting(format!("{}: {reason}", cs.name));
+        }
+    }
+    let ready = cond("Ready").is_some_and(|c| c.status == "True");
+    match (&status.pod_ip, ready, phase) {
+        (Some(ip), true, "Running") => Progress::Ready(ip.clone()),
+        _ => Progress::Starting("waiting for the shim's readiness".into()),
+    }
+}
+
+/// The runtime of one target.
+pub struct Runtime {
+    /// The Kubernetes client (for health checks and extra calls).
+    pub client: Client,
+    /// Namespace of the step pods.
+    pub namespace: String,
+    /// Worker name.
+    pub worker: String,
+    key: Key,
+    pods: Api<Pod>,
+    watch: PodWatch,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("namespace", &self.namespace)
+            .field("worker", &self.worker)
+            .finish()
+    }
+}
+
+/// A client for a target's kubeconfig.
+pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<Client, RuntimeError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| RuntimeError::Config(format!("{}: {e}", path.display())))?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| RuntimeError::Config(format!("{}: {e}", path.display())))?
+        }
+        None => Config::infer()
+            .await
+            .map_err(|e| RuntimeError::Config(e.to_string()))?,
+    };
+    Client::try_from(config).map_err(RuntimeError::Kube)
+}
+
+impl Runtime {
+    /// Connects to a target and fills the pod cache.
+    pub async fn connect(target: &TargetConfig, key: Key) -> Result<Self, RuntimeError> {
+        let client = kube_client(target.kubeconfig.as_deref()).await?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &target.namespace);
+        let selector = format!("{WORKER_LABEL}={}", podspec::label_value(&target.worker));
+        let watch = PodWatch::start(
+            pods.clone(),
+            &target.namespace,
+            &selector,
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(RuntimeError::Watch)?;
+        Ok(Runtime {
+            client,
+            namespace: target.namespace.clone(),
+            worker: target.worker.clone(),
+            key,
+            pods,
+            watch,
+        })
+    }
+
+    /// The bearer token of one of this target's pods.
+    pub fn token(&self, pod: &str) -> String {
+        self.key.token(&self.namespace, pod)
+    }
+
+    /// Creates the step pod for `spec`.
+    pub async fn create(&self, spec: &StepSpec) -> Result<(), RuntimeError> {
+        let hash = crate::token::token_sha256(&self.token(&spec.name));
+        let pod = podspec::build_pod(spec, &self.worker, &hash);
+        self.pods.create(&PostParams::default(), &pod).await?;
+        Ok(())
+    }
+
+    /// Waits until pod `name` is ready and returns its IP, reporting each change of progress.
+    pub async fn wait_ready(
+        &self,
+        name: &str,
+        timeout: Duration,
+        mut report: impl FnMut(&Progress),
+    ) -> Result<String, RuntimeError> {
+        let mut last = Progress::Unknown;
+        let result = self
+            .watch
+            .wait_for(name, timeout, |pod| {
+                let p = progress(pod);
+                if p != last {
+                    report(&p);
+                    last = p.clone();
+                }
+                match p {
+                    Progress::Ready(ip) => Some(Ok(ip)),
+                    Progress::Failed { reason, message } => Some(Err(RuntimeError::PodFailed {
+                        name: name.to_owned(),
+                        reason,
+                        message,
+                    })),
+                    _ => None,
+                }
+            })
+            .await;
+        result.unwrap_or_else(|| {
+            Err(RuntimeError::Timeout {
+                name: name.to_owned(),
+                waited: timeout,
+                last: last.to_string(),
+            })
+        })
+    }
+
+    /// A client for the shim of pod `name` at `ip`.
+    pub fn shim_at(&self, name: &str, ip: &str) -> Result<ShimClient, RuntimeError> {
+        let host = if ip.contains(':') {
+            format!("[{ip}]")
+        } else {
+            ip.to_owned()
+        };
+        Ok(ShimClient::new(
+            &format!("http://{host}:{SHIM_PORT}"),
+            Some(self.token(name)),
+        )?)
+    }
+
+    /// A client for the shim of the cached pod `name`.
+    pub fn shim(&self, name: &str) -> Result<ShimClient, RuntimeError> {
+        let pod = self
+            .watch
+            .get(name)
+            .ok_or_else(|| RuntimeError::NotFound(name.to_owned()))?;
+        let ip = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .ok_or_else(|| RuntimeError::NotFound(name.to_owned()))?;
+        self.shim_at(name, &ip)
+    }
+
+    /// Deletes pod `name`; a pod already gone is not an error.
+    pub async fn delete(&self, name: &str) -> Result<(), RuntimeError> {
+        match self.pods.delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every pod of this worker, from the cache.
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        self.watch.list()
+    }
+
+    /// Waits until pod `name` is gone from the cache, up to `timeout`; true if it is.
+    pub async fn wait_gone(&self, name: &str, timeout: Duration) -> bool {
+        self.watch
+            .wait_for(name, timeout, |p| p.is_none().then_some(()))
+            .await
+            .is_some()
+    }
+}

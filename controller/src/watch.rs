@@ -1,0 +1,114 @@
+//! The one shared view of a worker's pods: a reflector (list once, then watch, re-listing with
+//! backoff after errors such as an apiserver restart) filtered by the worker label. Every wait reads
+//! this store and wakes on its change counter; nothing polls the apiserver per pod or per tick.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+
+/// A live, label-filtered cache of pods.
+#[derive(Debug)]
+pub struct PodWatch {
+    store: Store<Pod>,
+    namespace: String,
+    changes: watch::Receiver<u64>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for PodWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl PodWatch {
+    /// Starts watching pods matching `selector` in `namespace`; returns once the first list is in
+    /// (or errors if it does not arrive within `timeout`).
+    pub async fn start(
+        api: Api<Pod>,
+        namespace: &str,
+        selector: &str,
+        timeout: Duration,
+    ) -> Result<Self, String> {
+        let (reader, writer) = reflector::store();
+        let (tx, rx) = watch::channel(0u64);
+        let config = watcher::Config::default().labels(selector);
+        let stream = reflector::reflector(writer, watcher(api, config).default_backoff());
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            let mut failing = false;
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(_) => {
+                        if failing {
+                            debug!("pod watch recovered");
+                            failing = false;
+                        }
+                        tx.send_modify(|n| *n += 1);
+                    }
+                    Err(e) => {
+                        if !failing {
+                            warn!(cause = %e, "pod watch failed; retrying with backoff");
+                            failing = true;
+                        }
+                    }
+                }
+            }
+        });
+        match tokio::time::timeout(timeout, reader.wait_until_ready()).await {
+            Ok(Ok(())) => Ok(PodWatch {
+                store: reader,
+                namespace: namespace.to_owned(),
+                changes: rx,
+                task,
+            }),
+            _ => {
+                task.abort();
+                Err(format!(
+                    "could not list pods in {namespace} within {timeout:?}"
+                ))
+            }
+        }
+    }
+
+    /// The cached pod named `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<Pod>> {
+        self.store
+            .get(&ObjectRef::new(name).within(&self.namespace))
+    }
+
+    /// Every cached pod.
+    pub fn list(&self) -> Vec<Arc<Pod>> {
+        self.store.state()
+    }
+
+    /// Evaluates `check` on the pod `name` (or `None` while it is not in the cache) at once and at
+    /// every change, until it returns `Some` or `timeout` passes (then `None`).
+    pub async fn wait_for<T>(
+        &self,
+        name: &str,
+        timeout: Duration,
+        mut check: impl FnMut(Option<&Pod>) -> Option<T>,
+    ) -> Option<T> {
+        let mut changes = self.changes.clone();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            changes.borrow_and_update();
+            if let Some(v) = check(self.get(name).as_deref()) {
+                return Some(v);
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return check(self.get(name).as_deref()),
+            }
+        }
+    }
+}
