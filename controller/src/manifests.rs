@@ -120,8 +120,8 @@ mod tests {
         let y = rbac("ci-worker", "steps").unwrap();
         assert_eq!(
             y.matches("kind: ").count(),
-            4,
-            "three objects plus the subject's kind"
+            5,
+            "three objects, the roleRef and the subject"
         );
         assert!(
             y.contains("kind: Role\n")
