@@ -46,7 +46,7 @@ mod tests {
         );
         assert_eq!(
             rfc3339(UNIX_EPOCH + Duration::from_secs(1_795_000_000)),
-            "2026-11-18T07:06:40.000Z"
+            "2026-11-18T11:06:40.000Z"
         );
     }
 }

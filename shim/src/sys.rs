@@ -258,6 +258,7 @@ unsafe fn child_after_fork(
     envp: &[*const libc::c_char],
     ex: &Exec,
     groups: &[libc::gid_t],
+    ignored: &[libc::c_int],
     report: RawFd,
 ) -> ! {
     unsafe {
@@ -273,10 +274,16 @@ unsafe fn child_after_fork(
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-        for sig in 1..32 {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                libc::signal(sig, libc::SIG_DFL);
-            }
+        // execve resets caught signals to their defaults itself; only ignored ones survive it.
+        for &sig in ignored {
+            let dfl = KernelSigaction::default();
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                &dfl,
+                std::ptr::null_mut::<KernelSigaction>(),
+                8usize,
+            );
         }
         if libc::setsid() == -1 {
             fail(Stage::Setup);
@@ -318,6 +325,43 @@ unsafe fn child_after_fork(
     }
 }
 
+/// The signals this process ignores (SIGPIPE, by the Rust runtime's choice, and whatever the shim
+/// inherited ignored), read once: they are the only dispositions that survive `execve`, so the
+/// only ones a child must reset, instead of one syscall per signal on every spawn.
+fn ignored_signals() -> &'static [libc::c_int] {
+    static IGNORED: std::sync::OnceLock<Vec<libc::c_int>> = std::sync::OnceLock::new();
+    IGNORED.get_or_init(|| {
+        (1..=64)
+            .filter(|&sig| {
+                let mut old = KernelSigaction::default();
+                // SAFETY: a null new action only reads the current disposition into `old`, a
+                // struct of the kernel's layout. The raw syscall also sees the signals libc keeps
+                // for itself (32-34), which a parent may have left ignored.
+                let r = unsafe {
+                    libc::syscall(
+                        libc::SYS_rt_sigaction,
+                        sig,
+                        std::ptr::null::<KernelSigaction>(),
+                        &mut old,
+                        8usize,
+                    )
+                };
+                r == 0 && old.handler == libc::SIG_IGN
+            })
+            .collect()
+    })
+}
+
+/// `struct sigaction` as the x86-64 kernel's `rt_sigaction` takes it (not libc's layout).
+#[repr(C)]
+#[derive(Debug, Default)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
 /// Forks a child that sets up `ex` and execs it. The child fds in `ex.stdio` stay open in the parent
 /// until `ex` is dropped; callers drop it right after this returns.
 pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
@@ -338,6 +382,7 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
         .as_ref()
         .map(|c| c.groups.clone())
         .unwrap_or_default();
+    let ignored = ignored_signals();
     let (status_read, status_write) = pipe()?;
     // SAFETY: the child branch runs only async-signal-safe calls on memory prepared above and never
     // returns; the parent branch continues normally.
@@ -347,7 +392,7 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
     }
     if pid == 0 {
         // SAFETY: see above; this call never returns.
-        unsafe { child_after_fork(&argv, &envp, ex, &groups, status_write.as_raw_fd()) }
+        unsafe { child_after_fork(&argv, &envp, ex, &groups, ignored, status_write.as_raw_fd()) }
     }
     drop(status_write);
     Ok(Forked {

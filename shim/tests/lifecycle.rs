@@ -68,11 +68,7 @@ async fn orphaned_grandchildren_are_reaped_as_pid_1() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let m = shim.client.metrics().await.unwrap();
-    let orphans: u64 = m
-        .lines()
-        .find(|l| l.starts_with("stepshim_orphans_reaped_total "))
-        .and_then(|l| l.split(' ').nth(1)?.parse().ok())
-        .unwrap();
+    let orphans = common::metric(&m, "stepshim_orphans_reaped_total").unwrap();
     assert!(
         orphans >= 40,
         "every orphan was reaped by the shim, saw {orphans}"

@@ -45,11 +45,7 @@ async fn hundred_mib_streams_whole_and_checksummed() {
         shim.client.get("big").await.unwrap().output_end
     );
     let metrics = shim.client.metrics().await.unwrap();
-    let disk: u64 = metrics
-        .lines()
-        .find(|l| l.starts_with("stepshim_output_bytes{where=\"disk\"}"))
-        .and_then(|l| l.split(' ').nth(1)?.parse().ok())
-        .unwrap();
+    let disk = common::metric(&metrics, "stepshim_output_bytes{where=\"disk\"}").unwrap();
     assert!(
         disk > 90 << 20,
         "most of 100 MiB must have spilled past an 8 MiB budget, got {disk}"

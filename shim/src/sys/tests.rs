@@ -186,3 +186,35 @@ fn nonblocking_flag_and_limits() {
     assert_eq!(geteuid(), unsafe { libc::geteuid() });
     assert!(decode_exec_status(b"").is_none());
 }
+
+#[test]
+fn child_starts_with_no_ignored_or_blocked_signals() {
+    let _g = CHILDREN.lock();
+    // The test harness, like the shim, ignores SIGPIPE; block one more to prove the mask is reset.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    let (out_r, out_w) = pipe().unwrap();
+    let (in_r, _) = null_stdio();
+    let err_w = out_w.try_clone().unwrap();
+    let ex = exec(
+        "/bin/cat",
+        &["/proc/self/status"],
+        ChildStdio::Fds {
+            stdin: in_r,
+            stdout: out_w,
+            stderr: err_w,
+        },
+    );
+    let f = fork_exec(&ex).unwrap();
+    drop(ex);
+    let mut out = String::new();
+    std::fs::File::from(out_r).read_to_string(&mut out).unwrap();
+    wait_for(f.pid);
+    assert!(out.contains("SigIgn:\t0000000000000000"), "{out}");
+    assert!(out.contains("SigBlk:\t0000000000000000"), "{out}");
+}

@@ -261,3 +261,14 @@ pub fn error_code(body: &[u8]) -> String {
     let v: serde_json::Value = serde_json::from_slice(body).expect("JSON error body");
     v["error"]["code"].as_str().expect("error.code").to_owned()
 }
+
+/// The value of the sample `series` (name and labels, exactly as exposed) in Prometheus text.
+pub fn metric(text: &str, series: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
