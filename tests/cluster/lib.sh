@@ -31,6 +31,15 @@ NODE_NAME=$(hostname | tr 'A-Z_' 'a-z-')
 # Daemons `up` starts, in start order; `up` checks all are alive before calling a cluster healthy.
 DAEMONS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 
+# take_lock: serializes up, down and restart-apiserver (fd 9; daemons never inherit it).
+# A script called by one that holds the lock (up runs down) sees STEPSHIM_CLUSTER_LOCKED.
+take_lock() {
+    [[ -n ${STEPSHIM_CLUSTER_LOCKED:-} ]] && return 0
+    exec 9> /run/stepshim-cluster.lock
+    flock -w 900 9 || die "another tests/cluster script held /run/stepshim-cluster.lock for 900s"
+    export STEPSHIM_CLUSTER_LOCKED=1
+}
+
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 log() { echo "$(basename "$0"): $*" >&2; }
 
