@@ -57,6 +57,15 @@ impl ShimClient {
         })
     }
 
+    /// The same client (token, connection pool) aimed at another base URL, e.g. a proxy.
+    pub fn with_base(&self, base: &str) -> Self {
+        ShimClient {
+            base: base.trim_end_matches('/').to_owned(),
+            auth: self.auth.clone(),
+            http: self.http.clone(),
+        }
+    }
+
     /// The base URL.
     pub fn base(&self) -> &str {
         &self.base

@@ -1,0 +1,251 @@
+//! Fault scenarios: kube-apiserver restarted while processes stream on both paths, and a big stream
+//! whose client connections are cut again and again (through a loopback proxy placed in front of
+//! the shim for one path and in front of the apiserver for the other).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use futures_util::future::join_all;
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::paths::{Path, Pod2, run};
+use super::scenarios::{Env, ticker};
+
+/// What the fault scenarios found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Faults {
+    /// Processes streaming on each path while the apiserver restarted.
+    pub restart_processes: usize,
+    /// Of those, how many arrived whole with exit 0, by path.
+    pub restart_whole: Vec<(Path, usize)>,
+    /// Seconds the restart took (stop to ready).
+    pub restart_secs: f64,
+    /// The cut stream, by path.
+    pub cuts: Vec<CutStream>,
+}
+
+/// One stream through a cutting proxy.
+#[derive(Debug, Clone, Serialize)]
+pub struct CutStream {
+    /// Path.
+    pub path: Path,
+    /// Bytes the process wrote to stdout.
+    pub expected: u64,
+    /// Bytes the client received.
+    pub received: u64,
+    /// Bytes lost (expected but not received).
+    pub lost: u64,
+    /// Bytes received more than once.
+    pub repeated: u64,
+    /// Connections the proxy cut.
+    pub cuts: u64,
+    /// Whether the client saw the exit status.
+    pub exit_seen: bool,
+}
+
+impl Faults {
+    /// The markdown part of the report.
+    pub fn markdown(&self) -> String {
+        let mut s = "| fault | path | result |\n|---|---|---|\n".to_string();
+        for (p, whole) in &self.restart_whole {
+            s += &format!(
+                "| apiserver restart ({:.1} s) during {} streams | {p:?} | {whole} of {} whole with exit 0 |\n",
+                self.restart_secs, self.restart_processes, self.restart_processes
+            );
+        }
+        for c in &self.cuts {
+            s += &format!(
+                "| {} cuts during a {} MiB stream | {:?} | {} bytes lost, {} repeated, exit status {} |\n",
+                c.cuts,
+                c.expected >> 20,
+                c.path,
+                c.lost,
+                c.repeated,
+                if c.exit_seen { "seen" } else { "lost" }
+            );
+        }
+        s
+    }
+}
+
+/// Restarts the apiserver (with `restart`, a command) while `n` processes stream on each path.
+pub async fn restart_during_streams(
+    env: &Env,
+    n: usize,
+    restart: &str,
+) -> Result<(Vec<(Path, usize)>, f64)> {
+    let lines = 15;
+    let work = join_all((0..2 * n).map(|i| {
+        let path = if i % 2 == 0 { Path::Shim } else { Path::Exec };
+        let pod = &env.pods[i % env.pods.len()];
+        async move {
+            let (cmd, want) = ticker(lines, &format!("r{i}"));
+            let ok = matches!(run(path, &env.pods_api, pod, &format!("restart-{i}"), &cmd).await,
+                Ok(o) if o.status == Some(0) && o.digest == want);
+            (path, ok)
+        }
+    }));
+    let restarter = async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let t = Instant::now();
+        let status = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(restart)
+            .status()
+            .await;
+        (status, t.elapsed().as_secs_f64())
+    };
+    let (results, (status, secs)) = tokio::join!(work, restarter);
+    status
+        .context("running the restart command")?
+        .success()
+        .then_some(())
+        .context("the restart command failed")?;
+    let count = |p: Path| results.iter().filter(|(q, ok)| *q == p && *ok).count();
+    Ok((
+        vec![
+            (Path::Shim, count(Path::Shim)),
+            (Path::Exec, count(Path::Exec)),
+        ],
+        secs,
+    ))
+}
+
+/// A loopback TCP proxy to `target` cutting each connection after a random number of bytes from
+/// the server in `[min, max)`. Returns its address and the count of cuts.
+pub async fn cutting_proxy(target: String, min: u64, max: u64) -> Result<(String, Arc<AtomicU64>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?.to_string();
+    let cuts = Arc::new(AtomicU64::new(0));
+    let counter = cuts.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let target = target.clone();
+            let cuts = counter.clone();
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(&target).await else {
+                    return;
+                };
+                let _ = server.set_nodelay(true);
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let up = tokio::spawn(async move { tokio::io::copy(&mut cr, &mut sw).await });
+                let budget = min + rand::random::<u64>() % (max - min).max(1);
+                let mut sent = 0u64;
+                let mut buf = vec![0u8; 256 * 1024];
+                loop {
+                    let n = match sr.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n as u64,
+                    };
+                    let take = n.min(budget - sent);
+                    if cw.write_all(&buf[..take as usize]).await.is_err() {
+                        break;
+                    }
+                    sent += take;
+                    if sent >= budget {
+                        cuts.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                }
+                up.abort();
+            });
+        }
+    });
+    Ok((addr, cuts))
+}
+
+/// Streams `bytes` of stdout on `path` through a proxy that cuts connections every 32 to 256 MiB.
+pub async fn cut_stream(
+    path: Path,
+    pods_api: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    pod: &Pod2,
+    bytes: u64,
+    id: &str,
+) -> CutStream {
+    let cmd = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        format!("head -c {bytes} /dev/zero"),
+    ];
+    let (received, exit_seen, cuts) = match path {
+        Path::Shim => {
+            let target = pod.shim.base().trim_start_matches("http://").to_owned();
+            let Ok((proxy, cuts)) = cutting_proxy(target, 32 << 20, 256 << 20).await else {
+                return CutStream {
+                    path,
+                    expected: bytes,
+                    received: 0,
+                    lost: bytes,
+                    repeated: 0,
+                    cuts: 0,
+                    exit_seen: false,
+                };
+            };
+            let shim = pod.shim.with_base(&format!("http://{proxy}"));
+            let r = run(
+                path,
+                pods_api,
+                &Pod2 {
+                    name: pod.name.clone(),
+                    shim,
+                },
+                id,
+                &cmd,
+            )
+            .await;
+            let (rec, seen) = r
+                .map(|o| (o.bytes, o.status == Some(0)))
+                .unwrap_or((0, false));
+            (rec, seen, cuts.load(Ordering::Relaxed))
+        }
+        Path::Exec => {
+            // The exec path goes through the apiserver: cut the client's connection to it.
+            let (rec, seen, cuts) = exec_through_cuts(pods_api, &pod.name, &cmd)
+                .await
+                .unwrap_or((0, false, 0));
+            (rec, seen, cuts)
+        }
+    };
+    CutStream {
+        path,
+        expected: bytes,
+        received,
+        lost: bytes.saturating_sub(received),
+        repeated: received.saturating_sub(bytes),
+        cuts,
+        exit_seen,
+    }
+}
+
+async fn exec_through_cuts(
+    pods_api: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    pod: &str,
+    cmd: &[String],
+) -> Result<(u64, bool, u64)> {
+    let _ = pods_api;
+    let mut config = super::ADMIN_CONFIG.get().context("admin config")?.clone();
+    let server = config
+        .cluster_url
+        .authority()
+        .context("apiserver address")?
+        .to_string();
+    let (proxy, cuts) = cutting_proxy(server, 32 << 20, 256 << 20).await?;
+    config.cluster_url = format!("https://{proxy}").parse()?;
+    // The proxy listens on loopback like the apiserver, so the certificate's 127.0.0.1 still fits.
+    let client = kube::Client::try_from(config)?;
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client, pods_api.namespace().unwrap_or("default"));
+    let pod2 = Pod2 {
+        name: pod.to_owned(),
+        shim: controller::shim::ShimClient::new("http://127.0.0.1:1", None)?,
+    };
+    let r = run(Path::Exec, &api, &pod2, "cut-exec", cmd).await;
+    let (rec, seen) = r
+        .map(|o| (o.bytes, o.status == Some(0)))
+        .unwrap_or((0, false));
+    Ok((rec, seen, cuts.load(Ordering::Relaxed)))
+}

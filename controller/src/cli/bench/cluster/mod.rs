@@ -1,0 +1,299 @@
+//! `stepctl bench --cluster`: the shim against apiserver exec, side by side on a real cluster.
+//! Creates step pods, then runs every scenario on both paths into the same pods, alternating which
+//! path goes first, while watching what each costs kube-apiserver; writes a markdown table, JSON and
+//! an SVG chart. Fails if the shim path lost a byte or got an exit status wrong.
+
+mod apiserver;
+mod faults;
+mod paths;
+mod report;
+mod scenarios;
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures_util::future::try_join_all;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+
+use super::BenchArgs;
+use crate::cli::args::TargetArgs;
+use controller::podspec::{Delivery, StepSpec};
+use controller::runtime::{Runtime, TargetConfig, kube_client};
+use controller::token::Key;
+use paths::{Path, Pod2};
+use report::{Results, Throughput};
+use scenarios::{Env, measured};
+
+/// The admin kubeconfig, kept for building a second client through the cutting proxy.
+static ADMIN_CONFIG: OnceLock<kube::Config> = OnceLock::new();
+
+fn cpu_secs_self() -> f64 {
+    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+        .map(|u| {
+            let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+            t(u.user_time()) + t(u.system_time())
+        })
+        .unwrap_or(0.0)
+}
+
+async fn setup(target: &TargetArgs, args: &BenchArgs) -> Result<(Runtime, Env)> {
+    let config = match &target.kubeconfig {
+        Some(p) => {
+            kube::Config::from_custom_kubeconfig(
+                kube::config::Kubeconfig::read_from(p)?,
+                &Default::default(),
+            )
+            .await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    let _ = ADMIN_CONFIG.set(config);
+    let client = kube_client(target.kubeconfig.as_deref()).await?;
+    let ns = args.namespace.clone();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(&ns).await?.is_none() {
+        let mut n = Namespace::default();
+        n.metadata.name = Some(ns.clone());
+        namespaces.create(&PostParams::default(), &n).await?;
+    }
+    let mut raw = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut raw))?;
+    let key = Key::from_bytes(raw.to_vec()).map_err(|_| anyhow::anyhow!("key"))?;
+    let tc = TargetConfig {
+        kubeconfig: target.kubeconfig.clone(),
+        namespace: ns.clone(),
+        worker: "stepctl-bench".into(),
+    };
+    let rt = Runtime::connect(&tc, key).await?;
+    let names: Vec<String> = (0..args.pods).map(|i| format!("bench-{i}")).collect();
+    for name in &names {
+        let mut spec = StepSpec::new(
+            name,
+            &args.step_image,
+            Delivery::InitContainer {
+                image: args.shim_image.clone(),
+            },
+        );
+        spec.build = Some("bench".into());
+        rt.create(&spec)
+            .await
+            .with_context(|| format!("creating {name}"))?;
+    }
+    let ips = try_join_all(
+        names
+            .iter()
+            .map(|n| rt.wait_ready(n, Duration::from_secs(300), |_| {})),
+    )
+    .await?;
+    let pods = names
+        .iter()
+        .zip(&ips)
+        .map(|(n, ip)| {
+            Ok(Pod2 {
+                name: n.clone(),
+                shim: rt.shim_at(n, ip)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let probe = apiserver::Probe::new(apiserver::find_pid(args.apiserver_pid)?, client.clone());
+    let env = Env {
+        pods_api: Api::<Pod>::namespaced(client, &ns),
+        pods,
+        probe,
+    };
+    Ok((rt, env))
+}
+
+/// Runs the cluster benchmark.
+pub async fn run(target: &TargetArgs, args: &BenchArgs) -> Result<i32> {
+    let started = Instant::now();
+    let (rt, mut env) = setup(target, args).await?;
+    eprintln!(
+        "bench: {} pods ready in {:.1} s",
+        env.pods.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let result = scenarios_all(&rt, &mut env, args).await;
+    for p in &env.pods {
+        let _ = rt.delete(&p.name).await;
+    }
+    let results = result?;
+    let dir = args
+        .results
+        .clone()
+        .unwrap_or_else(|| "results/cluster".into());
+    report::write(&dir, &results)?;
+    print!("{}", report::markdown(&results));
+    eprintln!("bench: results in {}", dir.display());
+    let shim_bad = results
+        .latency
+        .iter()
+        .filter(|l| l.path == Path::Shim)
+        .map(|l| l.errors)
+        .sum::<usize>()
+        + results
+            .concurrency
+            .iter()
+            .filter(|c| c.path == Path::Shim)
+            .map(|c| c.errors)
+            .sum::<usize>()
+        + results
+            .throughput
+            .iter()
+            .filter(|t| t.path == Path::Shim && !t.ok)
+            .count()
+        + results.faults.as_ref().map_or(0, |f| {
+            let whole = f
+                .restart_whole
+                .iter()
+                .find(|(p, _)| *p == Path::Shim)
+                .map_or(0, |w| w.1);
+            (f.restart_processes - whole)
+                + f.cuts
+                    .iter()
+                    .filter(|c| c.path == Path::Shim && (c.lost + c.repeated > 0 || !c.exit_seen))
+                    .count()
+        });
+    if shim_bad > 0 {
+        eprintln!("bench: FAIL: {shim_bad} shim-path runs lost bytes or got a wrong exit status");
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &BenchArgs) -> Result<Results> {
+    // Warm up both paths once per pod (images, connections, caches), unmeasured.
+    for (i, pod) in env.pods.iter().enumerate() {
+        for path in [Path::Shim, Path::Exec] {
+            let o = paths::run(
+                path,
+                &env.pods_api,
+                pod,
+                &format!("warm-{i}"),
+                &["/bin/true".to_owned()],
+            )
+            .await?;
+            if o.status != Some(0) {
+                bail!("warm-up on {path:?} in {} exited {:?}", pod.name, o.status);
+            }
+        }
+    }
+    let idle_secs = 10.0;
+    let ((), idle) = measured(
+        &env.probe,
+        tokio::time::sleep(Duration::from_secs_f64(idle_secs)),
+    )
+    .await;
+    eprintln!(
+        "bench: idle apiserver {:.2} CPU s in {idle_secs} s",
+        idle.cpu_secs
+    );
+    let latency = scenarios::latency(env, args.latency_iterations).await?;
+    eprintln!("bench: latency done");
+    let mut concurrency = Vec::new();
+    for (k, level) in args.levels.iter().enumerate() {
+        for path in Path::pair(k) {
+            let c = scenarios::concurrent(env, path, *level, args.lines).await;
+            eprintln!(
+                "bench: {level} at once on {path:?}: {} errors in {:.1} s",
+                c.errors, c.wall_secs
+            );
+            concurrency.push(c);
+        }
+    }
+    let mut throughput = Vec::new();
+    let bytes = args.throughput_mib << 20;
+    for path in Path::pair(1) {
+        let cmd = vec![
+            "sh".into(),
+            "-c".into(),
+            format!("head -c {bytes} /dev/zero"),
+        ];
+        let cpu0 = cpu_secs_self();
+        let t = Instant::now();
+        let (r, cost) = measured(
+            &env.probe,
+            paths::run(path, &env.pods_api, &env.pods[0], "stream", &cmd),
+        )
+        .await;
+        let secs = t.elapsed().as_secs_f64();
+        let cpu = cpu_secs_self() - cpu0;
+        let (received, ok) = r
+            .map(|o| (o.bytes, o.bytes == bytes && o.status == Some(0)))
+            .unwrap_or((0, false));
+        eprintln!(
+            "bench: {} MiB on {path:?}: {:.0} MB/s",
+            bytes >> 20,
+            received as f64 / secs / 1e6
+        );
+        throughput.push(Throughput {
+            path,
+            bytes,
+            received,
+            ok,
+            mb_per_s: received as f64 / secs / 1e6,
+            client_cpu_per_gib: cpu / (bytes as f64 / (1u64 << 30) as f64),
+            apiserver: cost,
+        });
+    }
+    let faults = match &args.restart_cmd {
+        Some(cmd) if !args.no_faults => {
+            let n = 20;
+            let (whole, restart_secs) = faults::restart_during_streams(env, n, cmd).await?;
+            env.probe.set_pid(apiserver::find_pid(None)?);
+            eprintln!("bench: restart during streams: {whole:?} of {n}");
+            let mut cuts = Vec::new();
+            for path in Path::pair(0) {
+                cuts.push(
+                    faults::cut_stream(
+                        path,
+                        &env.pods_api,
+                        &env.pods[1 % env.pods.len()],
+                        bytes,
+                        "cut",
+                    )
+                    .await,
+                );
+            }
+            Some(faults::Faults {
+                restart_processes: n,
+                restart_whole: whole,
+                restart_secs,
+                cuts,
+            })
+        }
+        _ => None,
+    };
+    let version = rt
+        .client
+        .apiserver_version()
+        .await
+        .map(|v| v.git_version)
+        .unwrap_or_default();
+    let context = json!({
+        "date": controller_now(),
+        "kubernetes": version,
+        "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "pods": env.pods.len(),
+    });
+    Ok(Results {
+        context,
+        idle,
+        idle_secs,
+        latency,
+        concurrency,
+        throughput,
+        faults,
+    })
+}
+
+fn controller_now() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}

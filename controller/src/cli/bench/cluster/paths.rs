@@ -1,0 +1,203 @@
+//! The two ways to run a process in a step pod, measured side by side: through the pod's shim over
+//! HTTP, and through the apiserver's `exec` (kube-rs over WebSocket, protocol v5, stdout and stderr
+//! read concurrently through buffers raised well above the 1 KiB default).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::AttachParams;
+use protocol::{FrameType, SpawnRequest};
+use tokio::io::AsyncReadExt;
+
+use controller::shim::ShimClient;
+
+/// Which path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Path {
+    /// Through the shim.
+    Shim,
+    /// Through apiserver exec.
+    Exec,
+}
+
+impl Path {
+    /// Both, in the order a round runs them; rounds alternate which goes first.
+    pub fn pair(round: usize) -> [Path; 2] {
+        if round.is_multiple_of(2) {
+            [Path::Shim, Path::Exec]
+        } else {
+            [Path::Exec, Path::Shim]
+        }
+    }
+}
+
+/// How one run went.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// Exit status (code, or 128 + signal).
+    pub status: Option<i32>,
+    /// stdout and stderr bytes received.
+    pub bytes: u64,
+    /// A digest of stdout then stderr (FNV-1a), to check content without keeping it.
+    pub digest: u64,
+    /// Request to first output byte.
+    pub first_byte: Option<Duration>,
+    /// Request to exit status.
+    pub total: Duration,
+}
+
+/// FNV-1a over a stream of chunks.
+#[derive(Debug, Clone, Copy)]
+pub struct Fnv(pub u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    /// Adds bytes.
+    pub fn update(&mut self, data: &[u8]) {
+        for b in data {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// Where a process runs: a pod, its shim client, and the exec API.
+#[derive(Debug, Clone)]
+pub struct Pod2 {
+    /// Pod name.
+    pub name: String,
+    /// Its shim.
+    pub shim: ShimClient,
+}
+
+/// Runs `cmd` in `pod` by `path`. Only stdout goes into the digest; stderr is counted in `bytes`.
+pub async fn run(
+    path: Path,
+    pods: &Api<Pod>,
+    pod: &Pod2,
+    id: &str,
+    cmd: &[String],
+) -> Result<Outcome> {
+    match path {
+        Path::Shim => via_shim(&pod.shim, id, cmd).await,
+        Path::Exec => via_exec(pods, &pod.name, cmd).await,
+    }
+}
+
+async fn via_shim(shim: &ShimClient, id: &str, cmd: &[String]) -> Result<Outcome> {
+    let start = Instant::now();
+    let spec = SpawnRequest {
+        path: cmd[0].clone(),
+        args: cmd[1..].to_vec(),
+        ..Default::default()
+    };
+    shim.spawn(id, &spec).await.context("spawn")?;
+    let mut out = Outcome::default();
+    let mut fnv = Fnv::default();
+    let attached = shim
+        .attach(id, 0, 20, |kind, data| {
+            out.first_byte.get_or_insert_with(|| start.elapsed());
+            out.bytes += data.len() as u64;
+            if kind == FrameType::Stdout {
+                fnv.update(&data);
+            }
+        })
+        .await
+        .context("attach")?;
+    out.total = start.elapsed();
+    out.status = Some(attached.exit.status);
+    out.digest = fnv.0;
+    // Free the shim's copy of the output; the measurement is done.
+    let _ = shim.delete(id, true).await;
+    Ok(out)
+}
+
+async fn via_exec(pods: &Api<Pod>, pod: &str, cmd: &[String]) -> Result<Outcome> {
+    let start = Instant::now();
+    let params = AttachParams::default()
+        .container("step")
+        .stdin(false)
+        .stdout(true)
+        .stderr(true)
+        .max_stdout_buf_size(1 << 20)
+        .max_stderr_buf_size(1 << 20);
+    let mut proc = pods
+        .exec(pod, cmd.to_vec(), &params)
+        .await
+        .context("exec")?;
+    let mut stdout = proc
+        .stdout()
+        .ok_or_else(|| anyhow!("exec without stdout"))?;
+    let mut stderr = proc
+        .stderr()
+        .ok_or_else(|| anyhow!("exec without stderr"))?;
+    let status = proc
+        .take_status()
+        .ok_or_else(|| anyhow!("exec without status"))?;
+    let first = std::sync::Mutex::new(None::<Duration>);
+    let read_out = async {
+        let mut fnv = Fnv::default();
+        let mut n = 0u64;
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            // A broken connection ends the stream like EOF: what arrived is what counts.
+            let k = stdout.read(&mut buf).await.unwrap_or(0);
+            if k == 0 {
+                return (n, fnv.0);
+            }
+            first
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert_with(|| start.elapsed());
+            fnv.update(&buf[..k]);
+            n += k as u64;
+        }
+    };
+    let read_err = async {
+        let mut n = 0u64;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let k = stderr.read(&mut buf).await.unwrap_or(0);
+            if k == 0 {
+                return n;
+            }
+            first
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert_with(|| start.elapsed());
+            n += k as u64;
+        }
+    };
+    let ((out_n, digest), err_n) = tokio::join!(read_out, read_err);
+    // No status when the connection broke: the exit is unknown to this client.
+    let status = status.await;
+    let joined = proc.join().await;
+    let status = status.filter(|_| joined.is_ok()).map(|s| exit_code(&s));
+    Ok(Outcome {
+        status,
+        bytes: out_n + err_n,
+        digest,
+        first_byte: *first.lock().unwrap_or_else(|e| e.into_inner()),
+        total: start.elapsed(),
+    })
+}
+
+/// The exit code in an exec's final Status: 0 on Success, else the `ExitCode` cause.
+fn exit_code(s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Status) -> i32 {
+    if s.status.as_deref() == Some("Success") {
+        return 0;
+    }
+    s.details
+        .as_ref()
+        .and_then(|d| d.causes.as_ref())
+        .and_then(|c| c.iter().find(|c| c.reason.as_deref() == Some("ExitCode")))
+        .and_then(|c| c.message.as_deref()?.parse().ok())
+        .unwrap_or(-1)
+}

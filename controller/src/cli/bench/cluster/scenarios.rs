@@ -1,0 +1,223 @@
+//! The scenarios of the cluster benchmark. Each runs both paths into the same pods, alternating
+//! which goes first, and records what it cost the apiserver while it ran.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use futures_util::future::join_all;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use serde::Serialize;
+
+use super::apiserver::{Cost, Probe};
+use super::paths::{Fnv, Outcome, Path, Pod2, run};
+use crate::cli::bench::stats::Samples;
+
+/// Everything a scenario needs.
+#[derive(Debug)]
+pub struct Env {
+    /// Exec API (admin credentials).
+    pub pods_api: Api<Pod>,
+    /// The step pods with their shims.
+    pub pods: Vec<Pod2>,
+    /// The apiserver probe.
+    pub probe: Probe,
+}
+
+/// Percentiles in microseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Dist {
+    /// Samples.
+    pub n: usize,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// Largest.
+    pub max: u64,
+    /// Every sample, for the chart.
+    pub samples: Vec<u64>,
+}
+
+impl Dist {
+    /// From durations.
+    pub fn of(v: Vec<Duration>) -> Self {
+        let s = Samples::new(v.clone());
+        let us = |d: Duration| d.as_micros() as u64;
+        let mut samples: Vec<u64> = v.into_iter().map(us).collect();
+        samples.sort_unstable();
+        Dist {
+            n: s.len(),
+            p50: us(s.pct(50.0)),
+            p90: us(s.pct(90.0)),
+            p99: us(s.pct(99.0)),
+            max: us(s.max()),
+            samples,
+        }
+    }
+}
+
+/// Runs `f` while sampling the apiserver every 250 ms; returns its result and the cost.
+pub async fn measured<T>(probe: &Probe, f: impl std::future::Future<Output = T>) -> (T, Cost) {
+    let before = probe.read().await.unwrap_or_default();
+    let mut cost = Cost::default();
+    cost.observe(&before);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let sampler = async {
+        let mut peaks = Cost::default();
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Ok(r) = probe.read().await {
+                peaks.observe(&r);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        peaks
+    };
+    let work = async {
+        let v = f.await;
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        v
+    };
+    let (v, peaks) = tokio::join!(work, sampler);
+    let after = probe.read().await.unwrap_or_default();
+    cost.observe(&peaks_reading(&peaks));
+    cost.observe(&after);
+    cost.cpu_secs = (after.cpu_secs - before.cpu_secs).max(0.0);
+    (v, cost)
+}
+
+fn peaks_reading(c: &Cost) -> super::apiserver::Reading {
+    super::apiserver::Reading {
+        cpu_secs: 0.0,
+        rss_kib: c.peak_rss_kib,
+        goroutines: c.peak_goroutines,
+        longrunning: c.peak_longrunning,
+    }
+}
+
+/// Latency of one command on one path.
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    /// Path.
+    pub path: Path,
+    /// The command, as a label.
+    pub command: String,
+    /// Request to exit status.
+    pub exit: Dist,
+    /// Request to first output byte (commands that print).
+    pub first_byte: Option<Dist>,
+    /// Runs that failed or exited non-zero.
+    pub errors: usize,
+    /// Apiserver cost over all runs of this path and command.
+    pub apiserver: Cost,
+}
+
+/// Sequential runs of short commands, alternating paths run by run.
+pub async fn latency(env: &Env, iterations: usize) -> Result<Vec<Latency>> {
+    let commands: [(&str, Vec<String>); 2] = [
+        ("/bin/true (static no-op)", vec!["/bin/true".into()]),
+        (
+            "sh -c 'echo x'",
+            vec!["sh".into(), "-c".into(), "echo x".into()],
+        ),
+    ];
+    let mut out = Vec::new();
+    for (label, cmd) in commands {
+        let mut exits = [Vec::new(), Vec::new()];
+        let mut firsts = [Vec::new(), Vec::new()];
+        let mut errors = [0usize; 2];
+        let mut costs = [Cost::default(), Cost::default()];
+        for i in 0..iterations {
+            let pod = &env.pods[i % env.pods.len()];
+            for path in Path::pair(i) {
+                let k = path as usize;
+                let id = format!("lat-{i}");
+                let (r, cost) =
+                    measured(&env.probe, run(path, &env.pods_api, pod, &id, &cmd)).await;
+                costs[k].cpu_secs += cost.cpu_secs;
+                costs[k].observe(&peaks_reading(&cost));
+                match r {
+                    Ok(o) if o.status == Some(0) => {
+                        exits[k].push(o.total);
+                        if let Some(f) = o.first_byte {
+                            firsts[k].push(f);
+                        }
+                    }
+                    _ => errors[k] += 1,
+                }
+            }
+        }
+        for path in [Path::Shim, Path::Exec] {
+            let k = path as usize;
+            let first = std::mem::take(&mut firsts[k]);
+            out.push(Latency {
+                path,
+                command: label.to_owned(),
+                exit: Dist::of(std::mem::take(&mut exits[k])),
+                first_byte: (!first.is_empty()).then(|| Dist::of(first)),
+                errors: errors[k],
+                apiserver: costs[k],
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Many processes at once on one path.
+#[derive(Debug, Clone, Serialize)]
+pub struct Concurrency {
+    /// Path.
+    pub path: Path,
+    /// Processes at once.
+    pub processes: usize,
+    /// Processes that failed, exited non-zero, or whose output was not exactly right.
+    pub errors: usize,
+    /// Time from the request to the exit status of each correct process.
+    pub completion: Dist,
+    /// Apiserver cost.
+    pub apiserver: Cost,
+    /// Wall time of the whole level.
+    pub wall_secs: f64,
+}
+
+/// The script each concurrent process runs: `lines` lines, one a second.
+pub fn ticker(lines: u32, tag: &str) -> (Vec<String>, u64) {
+    let script = format!(
+        "i=0; while [ $i -lt {lines} ]; do echo \"line $i of {tag}\"; i=$((i+1)); sleep 1; done"
+    );
+    let mut fnv = Fnv::default();
+    for i in 0..lines {
+        fnv.update(format!("line {i} of {tag}\n").as_bytes());
+    }
+    (vec!["sh".into(), "-c".into(), script], fnv.0)
+}
+
+/// `n` processes at once on `path`, spread over the pods, every byte checked.
+pub async fn concurrent(env: &Env, path: Path, n: usize, lines: u32) -> Concurrency {
+    let start = Instant::now();
+    let work = join_all((0..n).map(|i| {
+        let pod = &env.pods[i % env.pods.len()];
+        let tag = format!("p{i}");
+        async move {
+            let (cmd, want) = ticker(lines, &tag);
+            let r: Result<Outcome> =
+                run(path, &env.pods_api, pod, &format!("conc-{n}-{i}"), &cmd).await;
+            match r {
+                Ok(o) if o.status == Some(0) && o.digest == want => Some(o.total),
+                _ => None,
+            }
+        }
+    }));
+    let (results, cost) = measured(&env.probe, work).await;
+    let errors = results.iter().filter(|r| r.is_none()).count();
+    Concurrency {
+        path,
+        processes: n,
+        errors,
+        completion: Dist::of(results.into_iter().flatten().collect()),
+        apiserver: cost,
+        wall_secs: start.elapsed().as_secs_f64(),
+    }
+}
