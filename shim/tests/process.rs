@@ -41,9 +41,33 @@ async fn exit_codes_and_signal_deaths_are_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdout_and_stderr_keep_their_order() {
     let shim = Shim::start();
-    // Writes spaced in time so the order the process wrote them is the order the shim can see.
-    let script = "for i in 1 2 3 4 5; do echo out$i; sleep 0.02; echo err$i >&2; sleep 0.02; done";
-    let ran = run(&shim.client, "order", &sh(script)).await;
+    // The process writes its next line only after the test has seen the previous one (a line of
+    // stdin each time), so the order it wrote them is an order the shim could see.
+    let script = "for i in 1 2 3 4 5; do echo out$i; read x; echo err$i >&2; read x; done";
+    let c = &shim.client;
+    c.spawn(
+        "order",
+        &SpawnRequest {
+            stdin: true,
+            ..sh(script)
+        },
+    )
+    .await
+    .unwrap();
+    let mut out = c.output("order", 0, true).await.unwrap();
+    let mut sent = 0u64;
+    let mut ran = common::Ran::default();
+    while let Some(f) = out.next().await.unwrap() {
+        match f.kind {
+            FrameType::Stdout | FrameType::Stderr => {
+                ran.frames.push((f.kind, f.payload.into()));
+                let ack = c.stdin("order", sent, "go\n".into(), false).await;
+                sent = ack.map_or(sent, |a| a.stdin_offset);
+            }
+            FrameType::Exit => ran.exit = serde_json::from_slice(&f.payload).ok(),
+            _ => {}
+        }
+    }
     let seq: Vec<String> = ran
         .frames
         .iter()

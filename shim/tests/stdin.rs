@@ -73,19 +73,42 @@ async fn retried_and_overlapping_offsets_deliver_each_byte_once() {
 async fn large_stdin_is_back_pressured_and_arrives_whole() {
     let shim = Shim::start();
     let c = &shim.client;
-    // The process waits before reading, so the pipe fills and the request must wait, not buffer.
-    c.spawn("slow", &with_stdin("sleep 0.5; sha256sum"))
-        .await
-        .unwrap();
+    // The process does not read until the test says so: the pipe fills and the request must wait
+    // with the bytes still in the client, not buffered in the shim.
+    let gate = std::env::temp_dir().join(format!("stepshim-gate-{}", common::random_hex(6)));
+    let script = format!(
+        "while [ ! -e {0} ]; do sleep 0.01; done; sha256sum",
+        gate.display()
+    );
+    c.spawn("slow", &with_stdin(&script)).await.unwrap();
     let data: Vec<u8> = (0..8 << 20)
         .map(|i: u32| (i.wrapping_mul(2654435761) >> 24) as u8)
         .collect();
-    let started = std::time::Instant::now();
-    let ack = c.stdin("slow", 0, data.clone().into(), true).await.unwrap();
+    let writer = tokio::spawn({
+        let c = c.clone();
+        let data = data.clone();
+        async move { c.stdin("slow", 0, data.into(), true).await }
+    });
+    // The pipe takes what it holds (64 KiB here, at most 1 MiB anywhere) and no more.
+    let mut stalled_at = 0;
+    for _ in 0..500 {
+        stalled_at = c.get("slow").await.unwrap().stdin_offset;
+        if stalled_at > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert!(
-        started.elapsed() >= Duration::from_millis(400),
-        "the write must wait for the reader"
+        stalled_at > 0 && stalled_at <= 1 << 20,
+        "stdin accepted {stalled_at} bytes before the reader read"
     );
+    assert!(
+        !writer.is_finished(),
+        "the request must wait for the reader"
+    );
+    std::fs::write(&gate, b"").unwrap();
+    let ack = writer.await.unwrap().unwrap();
+    std::fs::remove_file(&gate).ok();
     assert_eq!(ack.stdin_offset, data.len() as u64);
     let ran = follow(c, "slow").await;
     use sha2::{Digest, Sha256};
