@@ -19,7 +19,7 @@ use crate::log::OutputLog;
 use crate::proc::Proc;
 
 /// Largest read from a pipe, hence largest frame payload the shim writes.
-const READ_SIZE: usize = 64 * 1024;
+const READ_SIZE: usize = 256 * 1024;
 
 thread_local! {
     /// One read buffer per runtime thread: a read and its append happen without an await between

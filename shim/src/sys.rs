@@ -98,6 +98,14 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Asks for a pipe buffer of `bytes` (the kernel rounds up to pages and caps it at
+/// /proc/sys/fs/pipe-max-size); returns the size granted. Fewer, larger reads move output faster.
+pub fn set_pipe_size(fd: &OwnedFd, bytes: usize) -> io::Result<usize> {
+    // SAFETY: fcntl on a valid, owned fd with an integer argument.
+    let n = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, bytes as libc::c_int) })?;
+    Ok(n as usize)
+}
+
 /// Sets or clears `O_NONBLOCK` on a fd.
 pub fn set_nonblocking(fd: &OwnedFd, on: bool) -> io::Result<()> {
     let raw = fd.as_raw_fd();

@@ -178,6 +178,7 @@ fn pty_has_size_and_is_controlling_terminal() {
 #[test]
 fn nonblocking_flag_and_limits() {
     let (r, _w) = pipe().unwrap();
+    assert!(set_pipe_size(&r, 1 << 20).unwrap() >= 1 << 20);
     set_nonblocking(&r, true).unwrap();
     let mut buf = [0u8; 1];
     let err = std::fs::File::from(r).read(&mut buf).unwrap_err();
