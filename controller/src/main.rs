@@ -7,8 +7,7 @@ use clap::Parser;
 use cli::args::{Cli, Command};
 use cli::{Target, admin, run};
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -16,14 +15,25 @@ async fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    match dispatch(cli).await {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("stepctl: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let code = match runtime.block_on(dispatch(cli)) {
         Ok(code) => std::process::ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
             eprintln!("stepctl: {e:#}");
             std::process::ExitCode::FAILURE
         }
-    }
+    };
+    // A stdin pump may sit in a blocking read of a terminal that never closes: do not wait for it.
+    runtime.shutdown_background();
+    code
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<i32> {

@@ -95,7 +95,9 @@ impl std::fmt::Display for Progress {
         match self {
             Progress::Unknown => write!(f, "creating"),
             Progress::Scheduling(m) => write!(f, "scheduling{}", suffix(m)),
-            Progress::Pulling(m) => write!(f, "pulling image{}", suffix(m)),
+            Progress::Pulling(m) => {
+                write!(f, "pulling images and creating containers{}", suffix(m))
+            }
             Progress::Starting(m) => write!(f, "starting{}", suffix(m)),
             Progress::Ready(ip) => write!(f, "ready at {ip}"),
             Progress::Failed { reason, message } => {
@@ -183,8 +185,19 @@ pub fn progress(pod: Option<&Pod>) -> Progress {
             if reason == "ContainerCreating" || reason == "PodInitializing" {
                 return Progress::Pulling(format!("{}: {reason}", cs.name));
             }
+            if reason == "ImagePullBackOff" || reason == "ErrImagePull" {
+                return Progress::Pulling(format!("{}: {reason}", cs.name));
+            }
             return Progress::Starting(format!("{}: {reason}", cs.name));
         }
+    }
+    if status
+        .container_statuses
+        .as_ref()
+        .is_none_or(|v| v.is_empty())
+        && phase == "Pending"
+    {
+        return Progress::Pulling("creating containers".into());
     }
     let ready = cond("Ready").is_some_and(|c| c.status == "True");
     match (&status.pod_ip, ready, phase) {

@@ -128,6 +128,9 @@ pub struct RunArgs {
     /// Memory request and limit (e.g. 1Gi).
     #[arg(long)]
     pub memory: Option<String>,
+    /// Image pull policy of the step image (Always, IfNotPresent, Never).
+    #[arg(long)]
+    pub pull_policy: Option<String>,
     /// Run the main container privileged.
     #[arg(long)]
     pub privileged: bool,

@@ -50,6 +50,7 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<i32> {
             step.cpu = args.cpu.clone();
             step.memory = args.memory.clone();
             step.privileged = args.privileged;
+            step.image_pull_policy = args.pull_policy.clone();
             rt.create(&step)
                 .await
                 .with_context(|| format!("creating pod {name}"))?;
