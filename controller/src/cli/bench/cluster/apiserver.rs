@@ -72,18 +72,24 @@ impl Probe {
         self.pid = pid;
     }
 
-    /// One reading.
-    pub async fn read(&self) -> Result<Reading> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .context("apiserver /proc stat")?;
+    /// CPU seconds the apiserver has used, from `/proc` alone (0 if it is gone).
+    pub fn cpu_secs(&self) -> f64 {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) else {
+            return 0.0;
+        };
         // Fields after the ")" that ends the command name: state is field 3, utime 14, stime 15.
-        let rest = stat
-            .rsplit_once(") ")
-            .map(|(_, r)| r)
-            .context("stat format")?;
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            return 0.0;
+        };
         let f: Vec<&str> = rest.split_whitespace().collect();
         let ticks: f64 = f.get(11).and_then(|u| u.parse().ok()).unwrap_or(0.0)
             + f.get(12).and_then(|s| s.parse().ok()).unwrap_or(0.0);
+        ticks / ticks_per_sec()
+    }
+
+    /// One reading.
+    pub async fn read(&self) -> Result<Reading> {
+        let cpu_secs = self.cpu_secs();
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
             .context("apiserver /proc status")?;
         let rss_kib = status
@@ -110,7 +116,7 @@ impl Probe {
             }
         }
         Ok(Reading {
-            cpu_secs: ticks / ticks_per_sec(),
+            cpu_secs,
             rss_kib,
             goroutines,
             longrunning,

@@ -83,7 +83,8 @@ pub async fn restart_during_streams(
         let pod = &env.pods[i % env.pods.len()];
         async move {
             let (cmd, want) = ticker(lines, &format!("r{i}"));
-            let ok = matches!(run(path, &env.pods_api, pod, &format!("restart-{i}"), &cmd).await,
+            let limit = Duration::from_secs(u64::from(lines) + 120);
+            let ok = matches!(run(path, &env.pods_api, pod, &format!("restart-{i}"), &cmd, limit).await,
                 Ok(o) if o.status == Some(0) && o.digest == want);
             (path, ok)
         }
@@ -195,6 +196,7 @@ pub async fn cut_stream(
                 },
                 id,
                 &cmd,
+                Duration::from_secs(900),
             )
             .await;
             let (rec, seen) = r
@@ -243,7 +245,15 @@ async fn exec_through_cuts(
         name: pod.to_owned(),
         shim: controller::shim::ShimClient::new("http://127.0.0.1:1", None)?,
     };
-    let r = run(Path::Exec, &api, &pod2, "cut-exec", cmd).await;
+    let r = run(
+        Path::Exec,
+        &api,
+        &pod2,
+        "cut-exec",
+        cmd,
+        Duration::from_secs(900),
+    )
+    .await;
     let (rec, seen) = r
         .map(|o| (o.bytes, o.status == Some(0)))
         .unwrap_or((0, false));

@@ -70,7 +70,15 @@ async fn setup(target: &TargetArgs, args: &BenchArgs) -> Result<(Runtime, Env)> 
         worker: "stepctl-bench".into(),
     };
     let rt = Runtime::connect(&tc, key).await?;
-    let names: Vec<String> = (0..args.pods).map(|i| format!("bench-{i}")).collect();
+    // Pods a killed earlier run left behind go first; fresh names avoid waiting for them.
+    let leftovers = controller::gc::retire(&rt).await?;
+    if !leftovers.is_empty() {
+        eprintln!("bench: deleted {} pods of an earlier run", leftovers.len());
+    }
+    let run_id = crate::cli::random_suffix();
+    let names: Vec<String> = (0..args.pods)
+        .map(|i| format!("bench-{run_id}-{i}"))
+        .collect();
     for name in &names {
         let mut spec = StepSpec::new(
             name,
@@ -176,6 +184,7 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &BenchArgs) -> Result<
                 pod,
                 &format!("warm-{i}"),
                 &["/bin/true".to_owned()],
+                Duration::from_secs(60),
             )
             .await?;
             if o.status != Some(0) {
@@ -218,7 +227,14 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &BenchArgs) -> Result<
         let t = Instant::now();
         let (r, cost) = measured(
             &env.probe,
-            paths::run(path, &env.pods_api, &env.pods[0], "stream", &cmd),
+            paths::run(
+                path,
+                &env.pods_api,
+                &env.pods[0],
+                "stream",
+                &cmd,
+                Duration::from_secs(900),
+            ),
         )
         .await;
         let secs = t.elapsed().as_secs_f64();

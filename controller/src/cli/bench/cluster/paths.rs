@@ -77,18 +77,25 @@ pub struct Pod2 {
     pub shim: ShimClient,
 }
 
-/// Runs `cmd` in `pod` by `path`. Only stdout goes into the digest; stderr is counted in `bytes`.
+/// Runs `cmd` in `pod` by `path`, giving up after `limit`. Only stdout goes into the digest;
+/// stderr is counted in `bytes`.
 pub async fn run(
     path: Path,
     pods: &Api<Pod>,
     pod: &Pod2,
     id: &str,
     cmd: &[String],
+    limit: Duration,
 ) -> Result<Outcome> {
-    match path {
-        Path::Shim => via_shim(&pod.shim, id, cmd).await,
-        Path::Exec => via_exec(pods, &pod.name, cmd).await,
-    }
+    let work = async {
+        match path {
+            Path::Shim => via_shim(&pod.shim, id, cmd).await,
+            Path::Exec => via_exec(pods, &pod.name, cmd).await,
+        }
+    };
+    tokio::time::timeout(limit, work)
+        .await
+        .map_err(|_| anyhow!("{path:?} run {id} still going after {limit:?}"))?
 }
 
 async fn via_shim(shim: &ShimClient, id: &str, cmd: &[String]) -> Result<Outcome> {
