@@ -92,9 +92,10 @@ pub async fn restart_during_streams(
     let restarter = async {
         tokio::time::sleep(Duration::from_secs(3)).await;
         let t = Instant::now();
+        // Its output goes to stderr: stdout carries the report.
         let status = tokio::process::Command::new("sh")
             .arg("-c")
-            .arg(restart)
+            .arg(format!("{restart} >&2"))
             .status()
             .await;
         (status, t.elapsed().as_secs_f64())
@@ -159,7 +160,8 @@ pub async fn cutting_proxy(target: String, min: u64, max: u64) -> Result<(String
     Ok((addr, cuts))
 }
 
-/// Streams `bytes` of stdout on `path` through a proxy that cuts connections every 32 to 256 MiB.
+/// Streams `bytes` of stdout on `path` through a proxy that cuts each connection after a sixteenth
+/// to a quarter of them, so a stream meets several cuts.
 pub async fn cut_stream(
     path: Path,
     pods_api: &kube::Api<k8s_openapi::api::core::v1::Pod>,
@@ -175,7 +177,7 @@ pub async fn cut_stream(
     let (received, exit_seen, cuts) = match path {
         Path::Shim => {
             let target = pod.shim.base().trim_start_matches("http://").to_owned();
-            let Ok((proxy, cuts)) = cutting_proxy(target, 32 << 20, 256 << 20).await else {
+            let Ok((proxy, cuts)) = cutting_proxy(target, bytes / 16, bytes / 4).await else {
                 return CutStream {
                     path,
                     expected: bytes,
@@ -206,7 +208,7 @@ pub async fn cut_stream(
         }
         Path::Exec => {
             // The exec path goes through the apiserver: cut the client's connection to it.
-            let (rec, seen, cuts) = exec_through_cuts(pods_api, &pod.name, &cmd)
+            let (rec, seen, cuts) = exec_through_cuts(pods_api, &pod.name, &cmd, bytes)
                 .await
                 .unwrap_or((0, false, 0));
             (rec, seen, cuts)
@@ -227,15 +229,15 @@ async fn exec_through_cuts(
     pods_api: &kube::Api<k8s_openapi::api::core::v1::Pod>,
     pod: &str,
     cmd: &[String],
+    bytes: u64,
 ) -> Result<(u64, bool, u64)> {
-    let _ = pods_api;
     let mut config = super::ADMIN_CONFIG.get().context("admin config")?.clone();
     let server = config
         .cluster_url
         .authority()
         .context("apiserver address")?
         .to_string();
-    let (proxy, cuts) = cutting_proxy(server, 32 << 20, 256 << 20).await?;
+    let (proxy, cuts) = cutting_proxy(server, bytes / 16, bytes / 4).await?;
     config.cluster_url = format!("https://{proxy}").parse()?;
     // The proxy listens on loopback like the apiserver, so the certificate's 127.0.0.1 still fits.
     let client = kube::Client::try_from(config)?;

@@ -184,9 +184,16 @@ async fn via_exec(pods: &Api<Pod>, pod: &str, cmd: &[String]) -> Result<Outcome>
     };
     let ((out_n, digest), err_n) = tokio::join!(read_out, read_err);
     // No status when the connection broke: the exit is unknown to this client.
-    let status = status.await;
-    let joined = proc.join().await;
-    let status = status.filter(|_| joined.is_ok()).map(|s| exit_code(&s));
+    // When the connection broke, kube-rs may never resolve the status: the exit is then unknown
+    // to this client, which is the exec path's failure being measured.
+    let status = tokio::time::timeout(Duration::from_secs(5), status)
+        .await
+        .ok()
+        .flatten();
+    let joined = tokio::time::timeout(Duration::from_secs(5), proc.join()).await;
+    let status = status
+        .filter(|_| matches!(joined, Ok(Ok(()))))
+        .map(|s| exit_code(&s));
     Ok(Outcome {
         status,
         bytes: out_n + err_n,

@@ -108,12 +108,13 @@ pub fn markdown(r: &Results) -> String {
     }
     let _ = writeln!(
         s,
-        "\n| concurrency | path | errors | completion p50 | p99 | wall s | apiserver CPU s | peak goroutines | peak long-running |\n|---|---|---|---|---|---|---|---|---|"
+        "\n| concurrency | path | errors | completion p50 | p99 | wall s | apiserver CPU s | CPU s per s (idle {:.3}) | peak goroutines | peak long-running |\n|---|---|---|---|---|---|---|---|---|---|",
+        r.idle.cpu_secs / r.idle_secs.max(1.0)
     );
     for c in &r.concurrency {
         let _ = writeln!(
             s,
-            "| {} | {:?} | {} | {} | {} | {:.1} | {:.2} | {:.0} | {:.0} |",
+            "| {} | {:?} | {} | {} | {} | {:.1} | {:.2} | {:.3} | {:.0} | {:.0} |",
             c.processes,
             c.path,
             c.errors,
@@ -121,6 +122,7 @@ pub fn markdown(r: &Results) -> String {
             ms(c.completion.p99),
             c.wall_secs,
             c.apiserver.cpu_secs,
+            c.apiserver.cpu_secs / c.wall_secs.max(0.001),
             c.apiserver.peak_goroutines,
             c.apiserver.peak_longrunning
         );
