@@ -13,6 +13,10 @@ use tokio::io::AsyncReadExt;
 
 use controller::shim::ShimClient;
 
+/// Silence after which an exec stream is taken as broken (every scenario's processes print at
+/// least once a second).
+const STALL: Duration = Duration::from_secs(20);
+
 /// Which path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -154,8 +158,13 @@ async fn via_exec(pods: &Api<Pod>, pod: &str, cmd: &[String]) -> Result<Outcome>
         let mut n = 0u64;
         let mut buf = vec![0u8; 256 * 1024];
         loop {
-            // A broken connection ends the stream like EOF: what arrived is what counts.
-            let k = stdout.read(&mut buf).await.unwrap_or(0);
+            // A broken connection ends the stream like EOF: what arrived is what counts. kube-rs
+            // does not always end the streams when the connection dies, so silence ends them too.
+            let k = tokio::time::timeout(STALL, stdout.read(&mut buf))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or(0);
             if k == 0 {
                 return (n, fnv.0);
             }
@@ -171,7 +180,11 @@ async fn via_exec(pods: &Api<Pod>, pod: &str, cmd: &[String]) -> Result<Outcome>
         let mut n = 0u64;
         let mut buf = vec![0u8; 64 * 1024];
         loop {
-            let k = stderr.read(&mut buf).await.unwrap_or(0);
+            let k = tokio::time::timeout(STALL, stderr.read(&mut buf))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or(0);
             if k == 0 {
                 return n;
             }
