@@ -18,8 +18,9 @@ use tracing::{debug, warn};
 use crate::log::OutputLog;
 use crate::proc::Proc;
 
-/// Largest read from a pipe, hence largest frame payload the shim writes.
-const READ_SIZE: usize = 256 * 1024;
+/// Largest read from a pipe, hence largest frame payload the shim writes. A client resumes only
+/// from whole frames, so this also bounds what a flaky connection must carry to make progress.
+const READ_SIZE: usize = 64 * 1024;
 
 thread_local! {
     /// One read buffer per runtime thread: a read and its append happen without an await between
