@@ -2,6 +2,7 @@
 //! test's `reap_one` (a `waitpid(-1)`) never reaps another test's child.
 
 use super::*;
+use std::ffi::CString;
 use std::io::Read;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
