@@ -147,11 +147,7 @@ async fn dispatch(
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Error> {
     if matches!(route, Ok(Route::Healthz)) {
-        return Ok(if app.is_shutting_down() {
-            body::empty(StatusCode::SERVICE_UNAVAILABLE)
-        } else {
-            Response::new(body::full("ok\n"))
-        });
+        return Ok(healthz(app));
     }
     if let Some(want) = &app.token_sha256 {
         let header = req
@@ -177,7 +173,7 @@ async fn dispatch(
         }
     };
     match route {
-        Route::Healthz => unreachable_healthz(),
+        Route::Healthz => Ok(healthz(app)),
         Route::Info => {
             only(Method::GET, "GET")?;
             let info = protocol::Info {
@@ -221,7 +217,11 @@ async fn dispatch(
     }
 }
 
-/// `/healthz` is answered before authentication; this arm exists only to keep the match exhaustive.
-fn unreachable_healthz() -> Result<Response<Body>, Error> {
-    Ok(Response::new(body::full("ok\n")))
+/// `GET /healthz`, answered before authentication: 200 while serving, 503 once shutdown began.
+fn healthz(app: &App) -> Response<Body> {
+    if app.is_shutting_down() {
+        body::empty(StatusCode::SERVICE_UNAVAILABLE)
+    } else {
+        Response::new(body::full("ok\n"))
+    }
 }

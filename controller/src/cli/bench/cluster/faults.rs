@@ -174,44 +174,17 @@ pub async fn cut_stream(
         "-c".to_owned(),
         format!("head -c {bytes} /dev/zero"),
     ];
-    let (received, exit_seen, cuts) = match path {
-        Path::Shim => {
-            let target = pod.shim.base().trim_start_matches("http://").to_owned();
-            let Ok((proxy, cuts)) = cutting_proxy(target, bytes / 16, bytes / 4).await else {
-                return CutStream {
-                    path,
-                    expected: bytes,
-                    received: 0,
-                    lost: bytes,
-                    repeated: 0,
-                    cuts: 0,
-                    exit_seen: false,
-                };
-            };
-            let shim = pod.shim.with_base(&format!("http://{proxy}"));
-            let r = run(
-                path,
-                pods_api,
-                &Pod2 {
-                    name: pod.name.clone(),
-                    shim,
-                },
-                id,
-                &cmd,
-                Duration::from_secs(900),
-            )
-            .await;
+    let (received, exit_seen, cuts) = match through_proxy(path, pods_api, pod, bytes).await {
+        Ok((api, pod, cuts)) => {
+            let r = run(path, &api, &pod, id, &cmd, Duration::from_secs(900)).await;
             let (rec, seen) = r
                 .map(|o| (o.bytes, o.status == Some(0)))
                 .unwrap_or((0, false));
             (rec, seen, cuts.load(Ordering::Relaxed))
         }
-        Path::Exec => {
-            // The exec path goes through the apiserver: cut the client's connection to it.
-            let (rec, seen, cuts) = exec_through_cuts(pods_api, &pod.name, &cmd, bytes)
-                .await
-                .unwrap_or((0, false, 0));
-            (rec, seen, cuts)
+        Err(e) => {
+            eprintln!("bench: no cutting proxy for {path:?}: {e:#}");
+            (0, false, 0)
         }
     };
     CutStream {
@@ -225,39 +198,43 @@ pub async fn cut_stream(
     }
 }
 
-async fn exec_through_cuts(
+/// The exec API and the pod, aimed through a cutting proxy: in front of the pod's shim for the
+/// shim path, in front of the apiserver (the client's connection) for the exec path.
+async fn through_proxy(
+    path: Path,
     pods_api: &kube::Api<k8s_openapi::api::core::v1::Pod>,
-    pod: &str,
-    cmd: &[String],
+    pod: &Pod2,
     bytes: u64,
-) -> Result<(u64, bool, u64)> {
-    let mut config = super::ADMIN_CONFIG.get().context("admin config")?.clone();
-    let server = config
-        .cluster_url
-        .authority()
-        .context("apiserver address")?
-        .to_string();
-    let (proxy, cuts) = cutting_proxy(server, bytes / 16, bytes / 4).await?;
-    config.cluster_url = format!("https://{proxy}").parse()?;
-    // The proxy listens on loopback like the apiserver, so the certificate's 127.0.0.1 still fits.
-    let client = kube::Client::try_from(config)?;
-    let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
-        kube::Api::namespaced(client, pods_api.namespace().unwrap_or("default"));
-    let pod2 = Pod2 {
-        name: pod.to_owned(),
-        shim: controller::shim::ShimClient::new("http://127.0.0.1:1", None)?,
-    };
-    let r = run(
-        Path::Exec,
-        &api,
-        &pod2,
-        "cut-exec",
-        cmd,
-        Duration::from_secs(900),
-    )
-    .await;
-    let (rec, seen) = r
-        .map(|o| (o.bytes, o.status == Some(0)))
-        .unwrap_or((0, false));
-    Ok((rec, seen, cuts.load(Ordering::Relaxed)))
+) -> Result<(
+    kube::Api<k8s_openapi::api::core::v1::Pod>,
+    Pod2,
+    Arc<AtomicU64>,
+)> {
+    match path {
+        Path::Shim => {
+            let target = pod.shim.base().trim_start_matches("http://").to_owned();
+            let (proxy, cuts) = cutting_proxy(target, bytes / 16, bytes / 4).await?;
+            let shim = pod.shim.with_base(&format!("http://{proxy}"));
+            let pod = Pod2 {
+                name: pod.name.clone(),
+                shim,
+            };
+            Ok((pods_api.clone(), pod, cuts))
+        }
+        Path::Exec => {
+            let mut config = super::ADMIN_CONFIG.get().context("admin config")?.clone();
+            let server = config
+                .cluster_url
+                .authority()
+                .context("apiserver address")?
+                .to_string();
+            let (proxy, cuts) = cutting_proxy(server, bytes / 16, bytes / 4).await?;
+            config.cluster_url = format!("https://{proxy}").parse()?;
+            // The proxy listens on loopback like the apiserver, so the certificate's 127.0.0.1
+            // still fits.
+            let client = kube::Client::try_from(config)?;
+            let api = kube::Api::namespaced(client, pods_api.namespace().unwrap_or("default"));
+            Ok((api, pod.clone(), cuts))
+        }
+    }
 }

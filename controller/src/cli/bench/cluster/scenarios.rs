@@ -62,39 +62,28 @@ impl Dist {
 /// Runs `f` while sampling the apiserver every 250 ms; returns its result and the cost.
 pub async fn measured<T>(probe: &Probe, f: impl std::future::Future<Output = T>) -> (T, Cost) {
     let before = probe.read().await.unwrap_or_default();
-    let mut cost = Cost::default();
-    cost.observe(&before);
     let done = std::sync::atomic::AtomicBool::new(false);
     let sampler = async {
-        let mut peaks = Cost::default();
+        let mut cost = Cost::default();
+        cost.observe(&before);
         while !done.load(std::sync::atomic::Ordering::Relaxed) {
             if let Ok(r) = probe.read().await {
-                peaks.observe(&r);
+                cost.observe(&r);
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
-        peaks
+        cost
     };
     let work = async {
         let v = f.await;
         done.store(true, std::sync::atomic::Ordering::Relaxed);
         v
     };
-    let (v, peaks) = tokio::join!(work, sampler);
+    let (v, mut cost) = tokio::join!(work, sampler);
     let after = probe.read().await.unwrap_or_default();
-    cost.observe(&peaks_reading(&peaks));
     cost.observe(&after);
     cost.cpu_secs = (after.cpu_secs - before.cpu_secs).max(0.0);
     (v, cost)
-}
-
-fn peaks_reading(c: &Cost) -> super::apiserver::Reading {
-    super::apiserver::Reading {
-        cpu_secs: 0.0,
-        rss_kib: c.peak_rss_kib,
-        goroutines: c.peak_goroutines,
-        longrunning: c.peak_longrunning,
-    }
 }
 
 /// Latency of one command on one path.
