@@ -3,7 +3,7 @@
 //! `pods/portforward`.
 //!
 //! # Layout
-//! - [`shim`]: the typed async client of one shim's HTTP API, with resuming output attach.
+//! (The shim's client is the `client` crate; the benchmarks are the `bench` crate.)
 //! - [`token`]: per-pod tokens derived from the controller key (HMAC of namespace/name).
 //! - [`podspec`]: the step pod: user image, shim as PID 1, delivery by init container or ConfigMap.
 //! - [`runtime`]: one target (kubeconfig, namespace, worker): create, wait, delete, list pods.
@@ -15,6 +15,5 @@ pub mod gc;
 pub mod manifests;
 pub mod podspec;
 pub mod runtime;
-pub mod shim;
 pub mod token;
 pub mod watch;

@@ -40,7 +40,6 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     let out = cli.output;
     match cli.command {
         Command::Manifests(a) => admin::manifests(&cli.target, a),
-        Command::Bench(a) => cli::bench::run(&cli.target, a).await,
         command => {
             let target = Target::connect(&cli.target).await?;
             match command {
@@ -51,7 +50,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
                 Command::Gc(a) => admin::gc(&target, a, out).await,
                 Command::Retire => admin::retire(&target, out).await,
                 Command::Check => admin::check(&target, out).await,
-                Command::Manifests(_) | Command::Bench(_) => unreachable!("handled above"),
+                Command::Manifests(_) => unreachable!("handled above"),
             }
         }
     }

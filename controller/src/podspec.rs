@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use protocol::settings;
 
 /// The label every pod of a worker carries; GC and the watcher select on it.
 pub const WORKER_LABEL: &str = "org.concourse-ci.worker";
@@ -20,7 +21,7 @@ pub const BUILD_LABEL: &str = "org.concourse-ci.build";
 /// Label and annotation naming the step.
 pub const STEP_LABEL: &str = "org.concourse-ci.step";
 /// Port the shim serves on inside the pod.
-pub const SHIM_PORT: u16 = 7777;
+pub const SHIM_PORT: u16 = settings::PORT;
 /// Where the shim binary is mounted in the main container.
 pub const SHIM_DIR: &str = "/.stepshim";
 /// Key of the shim binary in the shim ConfigMap.
@@ -174,12 +175,12 @@ pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str) -> Pod {
     };
     let mut env = vec![
         EnvVar {
-            name: "STEPSHIM_TOKEN_SHA256".into(),
+            name: settings::TOKEN_SHA256.into(),
             value: Some(token_sha256.into()),
             ..Default::default()
         },
         EnvVar {
-            name: "STEPSHIM_LISTEN".into(),
+            name: settings::LISTEN.into(),
             value: Some(format!("0.0.0.0:{SHIM_PORT}")),
             ..Default::default()
         },
@@ -220,7 +221,7 @@ pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str) -> Pod {
         }]),
         readiness_probe: Some(Probe {
             http_get: Some(HTTPGetAction {
-                path: Some("/healthz".into()),
+                path: Some(settings::PROBE_PATH.into()),
                 port: IntOrString::Int(SHIM_PORT.into()),
                 ..Default::default()
             }),

@@ -13,9 +13,9 @@ use kube::{Api, Client, Config};
 use thiserror::Error;
 
 use crate::podspec::{self, SHIM_PORT, StepSpec, WORKER_LABEL};
-use crate::shim::{ClientError, ShimClient};
 use crate::token::Key;
 use crate::watch::PodWatch;
+use client::{ClientError, ShimClient};
 
 /// What identifies a target.
 #[derive(Debug, Clone)]
@@ -276,7 +276,7 @@ impl Runtime {
 
     /// Creates the step pod for `spec`.
     pub async fn create(&self, spec: &StepSpec) -> Result<(), RuntimeError> {
-        let hash = crate::token::token_sha256(&self.token(&spec.name));
+        let hash = protocol::token::sha256_hex(&self.token(&spec.name));
         let pod = podspec::build_pod(spec, &self.worker, &hash);
         self.pods.create(&PostParams::default(), &pod).await?;
         Ok(())

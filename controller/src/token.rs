@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use hmac::{Hmac, Mac};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 use thiserror::Error;
 
 /// Shortest key accepted: 32 bytes, the HMAC-SHA256 block strength.
@@ -73,17 +73,8 @@ impl Key {
         mac.update(namespace.as_bytes());
         mac.update(b"/");
         mac.update(name.as_bytes());
-        hex(&mac.finalize().into_bytes())
+        hex::encode(mac.finalize().into_bytes())
     }
-}
-
-/// Lowercase hex SHA-256 of a token: what `STEPSHIM_TOKEN_SHA256` holds.
-pub fn token_sha256(token: &str) -> String {
-    hex(&Sha256::digest(token.as_bytes()))
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -98,7 +89,7 @@ mod tests {
         assert_ne!(a, k.token("ns", "pod-b"));
         assert_ne!(a, k.token("ns2", "pod-a"));
         assert_eq!(a.len(), 64);
-        assert_eq!(token_sha256(&a).len(), 64);
+        assert_eq!(protocol::token::sha256_hex(&a).len(), 64);
         assert!(Key::from_bytes(vec![1; 31]).is_err());
         assert_eq!(format!("{k:?}"), "Key(<secret>)");
     }

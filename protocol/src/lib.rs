@@ -6,12 +6,18 @@
 //! - [`frame`]: the 8-byte-header frame format of a process's output log, an encoder and an incremental
 //!   decoder that tracks the resume offset.
 //! - [`types`]: JSON request and response bodies (spawn spec, process status, exit, info, errors).
-//! - [`routes`]: route paths, query parameter names and the process id syntax.
+//! - [`routes`]: route paths, query string parsing and the process id syntax.
+//! - [`query`]: query parameter names.
+//! - [`settings`]: `STEPSHIM_*` names, the port and the probe path.
+//! - [`token`]: the token hash a shim is configured with.
 //! - [`signal`]: signal names and numbers accepted by the signal route.
 
 pub mod frame;
+pub mod query;
 pub mod routes;
+pub mod settings;
 pub mod signal;
+pub mod token;
 pub mod types;
 
 /// The protocol version this crate implements, reported by `GET /v1/info`.

@@ -24,6 +24,8 @@ pub struct Config {
     pub memory_bytes: u64,
     /// Log level filter.
     pub log_level: tracing::Level,
+    /// Where to write the listen address once serving (`STEPSHIM_READY_FILE`).
+    pub ready_file: Option<PathBuf>,
 }
 
 /// Why the configuration was refused.
@@ -44,7 +46,7 @@ pub enum ConfigError {
     },
     /// A flag the shim does not know.
     #[error(
-        "unknown argument {0:?} (flags: --listen --token-sha256 --token-sha256-file --insecure-no-auth --data-dir --grace-seconds --drain-seconds --memory-bytes --log)"
+        "unknown argument {0:?} (flags: --listen --token-sha256 --token-sha256-file --insecure-no-auth --data-dir --grace-seconds --drain-seconds --memory-bytes --log --ready-file)"
     )]
     UnknownArgument(String),
     /// The token file could not be read.
@@ -68,6 +70,7 @@ const VARS: &[(&str, &str)] = &[
     ("--drain-seconds", "STEPSHIM_DRAIN_SECONDS"),
     ("--memory-bytes", "STEPSHIM_MEMORY_BYTES"),
     ("--log", "STEPSHIM_LOG"),
+    ("--ready-file", "STEPSHIM_READY_FILE"),
 ];
 
 impl Config {
@@ -171,6 +174,7 @@ impl Config {
                 .transpose()?
                 .unwrap_or(64 << 20),
             log_level,
+            ready_file: get("STEPSHIM_READY_FILE").map(PathBuf::from),
         })
     }
 }

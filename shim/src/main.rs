@@ -52,6 +52,15 @@ fn main() -> ExitCode {
             auth = config.token_sha256.is_some(),
             "stepshim listening"
         );
+        if let Some(path) = &config.ready_file
+            && let Err(e) = announce(path, &addr)
+        {
+            eprintln!(
+                "stepshim: cannot write the ready file {}: {e}",
+                path.display()
+            );
+            return ExitCode::from(73);
+        }
         let (mut term, mut int) = match (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
@@ -71,6 +80,15 @@ fn main() -> ExitCode {
         stepshim::run(config, listener, shutdown).await;
         ExitCode::SUCCESS
     })
+}
+
+/// Writes `addr` and a newline to `path` through a temporary file and a rename, so a reader sees the
+/// whole address or nothing.
+fn announce(path: &std::path::Path, addr: &str) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, format!("{addr}\n"))?;
+    std::fs::rename(&tmp, path)
 }
 
 /// `stepshim install DEST`: copies this binary to DEST, executable. An init container runs it from the

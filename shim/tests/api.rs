@@ -5,8 +5,8 @@
 
 mod common;
 
+use client::ShimClient;
 use common::{Shim, error_code, raw, run, sh};
-use controller::shim::ShimClient;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_but_healthz_needs_the_token() {

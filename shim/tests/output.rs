@@ -5,8 +5,8 @@
 
 mod common;
 
+use client::ShimClient;
 use common::{Shim, cutting_proxy, run, sh};
-use controller::shim::ShimClient;
 use protocol::{Decoder, Exit, FrameType};
 use sha2::{Digest, Sha256};
 
@@ -61,7 +61,9 @@ async fn hundred_mib_streams_whole_and_checksummed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_through_repeated_mid_frame_cuts_loses_and_repeats_nothing() {
     let shim = Shim::start_with(&[("STEPSHIM_MEMORY_BYTES", "1048576")], None);
-    let (proxy, cuts) = cutting_proxy(shim.addr.clone(), 300, 200_000).await;
+    let (proxy, cuts) = cutting_proxy(shim.addr.clone(), 300, 200_000)
+        .await
+        .unwrap();
     let cut_client = ShimClient::new(&format!("http://{proxy}"), Some(shim.token.clone())).unwrap();
     // Output keeps coming while the client is being cut off, in many small frames and some big ones.
     let n = 300_000;

@@ -76,8 +76,6 @@ pub enum Command {
     Check,
     /// Print the RBAC objects (and optionally the shim ConfigMap) to apply once per namespace.
     Manifests(ManifestArgs),
-    /// Measure the shim: footprint and latency locally, or the shim against apiserver exec.
-    Bench(crate::cli::bench::BenchArgs),
 }
 
 /// `run`

@@ -2,14 +2,13 @@
 
 pub mod admin;
 pub mod args;
-pub mod bench;
 pub mod local;
 pub mod run;
 pub mod term;
 
 use anyhow::{Context, Result, bail};
+use client::ShimClient;
 use controller::runtime::{Runtime, TargetConfig};
-use controller::shim::ShimClient;
 use controller::token::Key;
 
 use args::TargetArgs;
@@ -20,7 +19,7 @@ pub enum Target {
     /// A namespace and worker of a cluster.
     Cluster(Box<Runtime>),
     /// A shim child process.
-    Local(local::LocalShim),
+    Local(Box<client::local::LocalShim>),
 }
 
 impl Target {
@@ -28,7 +27,7 @@ impl Target {
     pub async fn connect(args: &TargetArgs) -> Result<Target> {
         if args.local {
             let bin = local::find_binary(args.shim_bin.clone())?;
-            return Ok(Target::Local(local::LocalShim::start(&bin)?));
+            return Ok(Target::Local(Box::new(local::start(&bin)?)));
         }
         Ok(Target::Cluster(Box::new(connect_cluster(args).await?)))
     }

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use client::ShimClient;
 use controller::podspec::{Delivery, StepSpec};
-use controller::shim::ShimClient;
 use protocol::SpawnRequest;
 
 use super::args::{AttachArgs, DeliveryArg, HijackArgs, RunArgs};

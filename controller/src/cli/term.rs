@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use controller::shim::{Attached, ShimClient};
+use client::{Attached, ShimClient};
 use protocol::{Exit, FrameType, TtySize};
 use tokio::io::AsyncReadExt;
 

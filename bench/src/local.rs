@@ -11,10 +11,10 @@ use futures_util::future::join_all;
 use protocol::{Exit, FrameType, SpawnRequest};
 use serde_json::json;
 
-use super::BenchArgs;
-use super::stats::{Samples, ms, us};
-use crate::cli::args::TargetArgs;
-use crate::cli::local::{LocalShim, find_binary};
+use client::local::{Launch, find_binary};
+
+use crate::args::LocalArgs;
+use crate::stats::{Samples, ms, us};
 
 fn rss_kib(pid: u32) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
@@ -77,10 +77,11 @@ fn start_to_ready(bin: &std::path::Path, n: usize) -> Result<(Samples, u64)> {
 }
 
 /// Runs the local benchmark and prints the table.
-pub async fn run(target: &TargetArgs, args: &BenchArgs) -> Result<i32> {
+pub async fn run(args: &LocalArgs) -> Result<i32> {
     let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)?;
     nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard)?;
-    let bin = find_binary(target.shim_bin.clone())?;
+    let bin = find_binary(args.shim_bin.clone())
+        .context("no stepshim binary: pass --shim-bin or STEPSHIM_BIN")?;
     let size = std::fs::metadata(&bin)?.len();
     let file = Command::new("file")
         .arg("-b")
@@ -95,8 +96,11 @@ pub async fn run(target: &TargetArgs, args: &BenchArgs) -> Result<i32> {
     let (ready, idle_rss) = start_to_ready(&bin, 30)?;
     eprintln!("bench: start to ready p50 {}", ms(ready.pct(50.0)));
 
-    let shim = LocalShim::start(&bin)?;
-    let pid = shim_pid(&shim)?;
+    let shim = Launch::new(&bin)
+        .env(protocol::settings::LOG, "error")
+        .stderr(Stdio::null())
+        .start()?;
+    let pid = shim.pid();
     let c = shim.client.clone();
 
     // Spawn latency: through the shim (spawn + wait for exit) vs a raw fork/exec/wait, alternating.
@@ -266,12 +270,8 @@ pub async fn run(target: &TargetArgs, args: &BenchArgs) -> Result<i32> {
     Ok(if bad == 0 { 0 } else { 1 })
 }
 
-fn shim_pid(shim: &LocalShim) -> Result<u32> {
-    shim.pid().context("local shim pid")
-}
-
 /// Waits until the gauge `metric` reaches `want` (the shim has registered every stream).
-async fn settle(c: &controller::shim::ShimClient, metric: &str, want: usize) -> Result<()> {
+async fn settle(c: &client::ShimClient, metric: &str, want: usize) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let m = c.metrics().await?;

@@ -1,8 +1,15 @@
-//! A typed async client for one shim's HTTP API (`protocol/PROTOCOL.md`): the only way the controller
-//! touches processes. Output can be followed with automatic resume from the last whole frame, so a
-//! broken connection loses and repeats nothing.
+//! The Rust client of one shim's HTTP API (`protocol/PROTOCOL.md`): the only way the controller, the
+//! benchmarks and the shim's own tests touch processes. Output can be followed with automatic resume
+//! from the last whole frame, so a broken connection loses and repeats nothing. No Kubernetes here.
+//!
+//! # Layout
+//! - this file: [`ShimClient`], one typed call per route.
+//! - [`error`]: [`ClientError`], with the shim's error codes as [`protocol::ErrorCode`].
+//! - [`output`]: a frame stream, and attach with resume.
+//! - [`local`]: a shim started as a child process on loopback, ready when it writes its address.
 
 mod error;
+pub mod local;
 mod output;
 
 use std::time::Duration;
@@ -25,12 +32,21 @@ pub use output::{Attached, OutputStream};
 /// A request body.
 pub type ReqBody = BoxBody<Bytes, std::io::Error>;
 
-/// Client of one shim.
-#[derive(Debug, Clone)]
+/// Client of one shim. Its `Debug` shows the base URL and whether a token is set, never the token.
+#[derive(Clone)]
 pub struct ShimClient {
     base: String,
     auth: Option<String>,
     http: Client<HttpConnector, ReqBody>,
+}
+
+impl std::fmt::Debug for ShimClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShimClient")
+            .field("base", &self.base)
+            .field("auth", &self.auth.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
 }
 
 fn full(b: impl Into<Bytes>) -> ReqBody {

@@ -31,6 +31,11 @@ impl Samples {
     pub fn len(&self) -> usize {
         self.0.len()
     }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// Microseconds with one decimal.

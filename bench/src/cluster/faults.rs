@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::time::{Duration, Instant};
+use test_support::cutting_proxy;
 
 use anyhow::{Context, Result};
 use futures_util::future::join_all;
 use serde::Serialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::paths::{Path, Pod2, run};
 use super::scenarios::{Env, ticker};
@@ -114,50 +115,6 @@ pub async fn restart_during_streams(
         ],
         secs,
     ))
-}
-
-/// A loopback TCP proxy to `target` cutting each connection after a random number of bytes from
-/// the server in `[min, max)`. Returns its address and the count of cuts.
-pub async fn cutting_proxy(target: String, min: u64, max: u64) -> Result<(String, Arc<AtomicU64>)> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?.to_string();
-    let cuts = Arc::new(AtomicU64::new(0));
-    let counter = cuts.clone();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let target = target.clone();
-            let cuts = counter.clone();
-            tokio::spawn(async move {
-                let Ok(server) = tokio::net::TcpStream::connect(&target).await else {
-                    return;
-                };
-                let _ = server.set_nodelay(true);
-                let (mut cr, mut cw) = client.into_split();
-                let (mut sr, mut sw) = server.into_split();
-                let up = tokio::spawn(async move { tokio::io::copy(&mut cr, &mut sw).await });
-                let budget = min + rand::random::<u64>() % (max - min).max(1);
-                let mut sent = 0u64;
-                let mut buf = vec![0u8; 256 * 1024];
-                loop {
-                    let n = match sr.read(&mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => n as u64,
-                    };
-                    let take = n.min(budget - sent);
-                    if cw.write_all(&buf[..take as usize]).await.is_err() {
-                        break;
-                    }
-                    sent += take;
-                    if sent >= budget {
-                        cuts.fetch_add(1, Ordering::Relaxed);
-                        break;
-                    }
-                }
-                up.abort();
-            });
-        }
-    });
-    Ok((addr, cuts))
 }
 
 /// Streams `bytes` of stdout on `path` through a proxy that cuts each connection after a sixteenth

@@ -11,7 +11,7 @@ use kube::api::AttachParams;
 use protocol::{FrameType, SpawnRequest};
 use tokio::io::AsyncReadExt;
 
-use controller::shim::ShimClient;
+use client::ShimClient;
 
 /// Silence after which an exec stream is taken as broken (every scenario's processes print at
 /// least once a second).
@@ -53,24 +53,8 @@ pub struct Outcome {
     pub total: Duration,
 }
 
-/// FNV-1a over a stream of chunks.
-#[derive(Debug, Clone, Copy)]
-pub struct Fnv(pub u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Fnv {
-    /// Adds bytes.
-    pub fn update(&mut self, data: &[u8]) {
-        for b in data {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-}
+/// The digest output is compared by: XXH3-64 over the stream, fast enough not to slow a GiB stream.
+pub type Digest = xxhash_rust::xxh3::Xxh3;
 
 /// Where a process runs: a pod, its shim client, and the exec API.
 #[derive(Debug, Clone)]
@@ -111,7 +95,7 @@ async fn via_shim(shim: &ShimClient, id: &str, cmd: &[String]) -> Result<Outcome
     };
     shim.spawn(id, &spec).await.context("spawn")?;
     let mut out = Outcome::default();
-    let mut fnv = Fnv::default();
+    let mut fnv = Digest::new();
     let attached = shim
         .attach(id, 0, 20, |kind, data| {
             out.first_byte.get_or_insert_with(|| start.elapsed());
@@ -124,7 +108,7 @@ async fn via_shim(shim: &ShimClient, id: &str, cmd: &[String]) -> Result<Outcome
         .context("attach")?;
     out.total = start.elapsed();
     out.status = Some(attached.exit.status);
-    out.digest = fnv.0;
+    out.digest = fnv.digest();
     // Free the shim's copy of the output; the measurement is done.
     let _ = shim.delete(id, true).await;
     Ok(out)
@@ -154,7 +138,7 @@ async fn via_exec(pods: &Api<Pod>, pod: &str, cmd: &[String]) -> Result<Outcome>
         .ok_or_else(|| anyhow!("exec without status"))?;
     let first = std::sync::Mutex::new(None::<Duration>);
     let read_out = async {
-        let mut fnv = Fnv::default();
+        let mut fnv = Digest::new();
         let mut n = 0u64;
         let mut buf = vec![0u8; 256 * 1024];
         loop {
@@ -166,7 +150,7 @@ async fn via_exec(pods: &Api<Pod>, pod: &str, cmd: &[String]) -> Result<Outcome>
                 .and_then(Result::ok)
                 .unwrap_or(0);
             if k == 0 {
-                return (n, fnv.0);
+                return (n, fnv.digest());
             }
             first
                 .lock()

@@ -10,8 +10,8 @@ use kube::Api;
 use serde::Serialize;
 
 use super::apiserver::{Cost, Probe};
-use super::paths::{Fnv, Outcome, Path, Pod2, run};
-use crate::cli::bench::stats::Samples;
+use super::paths::{Digest, Outcome, Path, Pod2, run};
+use crate::stats::Samples;
 
 /// Everything a scenario needs.
 #[derive(Debug)]
@@ -177,11 +177,11 @@ pub fn ticker(lines: u32, tag: &str) -> (Vec<String>, u64) {
     let script = format!(
         "i=0; while [ $i -lt {lines} ]; do echo \"line $i of {tag}\"; i=$((i+1)); sleep 1; done"
     );
-    let mut fnv = Fnv::default();
+    let mut fnv = Digest::new();
     for i in 0..lines {
         fnv.update(format!("line {i} of {tag}\n").as_bytes());
     }
-    (vec!["sh".into(), "-c".into(), script], fnv.0)
+    (vec!["sh".into(), "-c".into(), script], fnv.digest())
 }
 
 /// `n` processes at once on `path`, spread over the pods, every byte checked.

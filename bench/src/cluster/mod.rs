@@ -1,4 +1,4 @@
-//! `stepctl bench --cluster`: the shim against apiserver exec, side by side on a real cluster.
+//! `stepshim-bench cluster`: the shim against apiserver exec, side by side on a real cluster.
 //! Creates step pods, then runs every scenario on both paths into the same pods, alternating which
 //! path goes first, while watching what each costs kube-apiserver; writes a markdown table, JSON and
 //! an SVG chart. Fails if the shim path lost a byte or got an exit status wrong.
@@ -19,8 +19,7 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
-use super::BenchArgs;
-use crate::cli::args::TargetArgs;
+use crate::args::ClusterArgs;
 use controller::podspec::{Delivery, StepSpec};
 use controller::runtime::{Runtime, TargetConfig, kube_client};
 use controller::token::Key;
@@ -40,8 +39,8 @@ fn cpu_secs_self() -> f64 {
         .unwrap_or(0.0)
 }
 
-async fn setup(target: &TargetArgs, args: &BenchArgs) -> Result<(Runtime, Env)> {
-    let config = match &target.kubeconfig {
+async fn setup(args: &ClusterArgs) -> Result<(Runtime, Env)> {
+    let config = match &args.kubeconfig {
         Some(p) => {
             kube::Config::from_custom_kubeconfig(
                 kube::config::Kubeconfig::read_from(p)?,
@@ -52,7 +51,7 @@ async fn setup(target: &TargetArgs, args: &BenchArgs) -> Result<(Runtime, Env)> 
         None => kube::Config::infer().await?,
     };
     let _ = ADMIN_CONFIG.set(config);
-    let client = kube_client(target.kubeconfig.as_deref()).await?;
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
     let ns = args.namespace.clone();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     if namespaces.get_opt(&ns).await?.is_none() {
@@ -60,12 +59,10 @@ async fn setup(target: &TargetArgs, args: &BenchArgs) -> Result<(Runtime, Env)> 
         n.metadata.name = Some(ns.clone());
         namespaces.create(&PostParams::default(), &n).await?;
     }
-    let mut raw = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut raw))?;
-    let key = Key::from_bytes(raw.to_vec()).map_err(|_| anyhow::anyhow!("key"))?;
+    let key =
+        Key::from_bytes(rand::random::<[u8; 32]>().to_vec()).map_err(|_| anyhow::anyhow!("key"))?;
     let tc = TargetConfig {
-        kubeconfig: target.kubeconfig.clone(),
+        kubeconfig: args.kubeconfig.clone(),
         namespace: ns.clone(),
         worker: "stepctl-bench".into(),
     };
@@ -75,7 +72,7 @@ async fn setup(target: &TargetArgs, args: &BenchArgs) -> Result<(Runtime, Env)> 
     if !leftovers.is_empty() {
         eprintln!("bench: deleted {} pods of an earlier run", leftovers.len());
     }
-    let run_id = crate::cli::random_suffix();
+    let run_id = format!("{:08x}", rand::random::<u32>());
     let names: Vec<String> = (0..args.pods)
         .map(|i| format!("bench-{run_id}-{i}"))
         .collect();
@@ -118,9 +115,9 @@ async fn setup(target: &TargetArgs, args: &BenchArgs) -> Result<(Runtime, Env)> 
 }
 
 /// Runs the cluster benchmark.
-pub async fn run(target: &TargetArgs, args: &BenchArgs) -> Result<i32> {
+pub async fn run(args: &ClusterArgs) -> Result<i32> {
     let started = Instant::now();
-    let (rt, mut env) = setup(target, args).await?;
+    let (rt, mut env) = setup(args).await?;
     eprintln!(
         "bench: {} pods ready in {:.1} s",
         env.pods.len(),
@@ -174,7 +171,7 @@ pub async fn run(target: &TargetArgs, args: &BenchArgs) -> Result<i32> {
     Ok(0)
 }
 
-async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &BenchArgs) -> Result<Results> {
+async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Result<Results> {
     // Warm up both paths once per pod (images, connections, caches), unmeasured.
     for (i, pod) in env.pods.iter().enumerate() {
         for path in [Path::Shim, Path::Exec] {
@@ -202,7 +199,7 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &BenchArgs) -> Result<
         "bench: idle apiserver {:.2} CPU s in {idle_secs} s",
         idle.cpu_secs
     );
-    let latency = scenarios::latency(env, args.latency_iterations).await?;
+    let latency = scenarios::latency(env, args.iterations).await?;
     eprintln!("bench: latency done");
     let mut concurrency = Vec::new();
     for (k, level) in args.levels.iter().enumerate() {
@@ -216,7 +213,7 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &BenchArgs) -> Result<
         }
     }
     let mut throughput = Vec::new();
-    let bytes = args.throughput_mib << 20;
+    let bytes = args.stream_mib << 20;
     for path in Path::pair(1) {
         let cmd = vec![
             "sh".into(),

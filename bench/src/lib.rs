@@ -1,0 +1,16 @@
+//! stepshim's benchmarks: numbers to print and keep in the README, never pass/fail timing tests.
+//! `local` measures the shim's own footprint against a raw fork/exec on this machine; `cluster`
+//! measures the shim against apiserver exec on a real cluster, side by side in one run.
+//!
+//! # Layout
+//! - [`args`]: the command line, one subcommand per benchmark.
+//! - [`local`]: binary size, start to ready, idle RSS, memory per stream and per follower, spawn
+//!   latency, one-stream throughput, many followers.
+//! - [`cluster`]: pods on a cluster, the scenarios on both paths, the apiserver's cost, faults, the
+//!   report (markdown, JSON, chart).
+//! - [`stats`]: percentiles and units.
+
+pub mod args;
+pub mod cluster;
+pub mod local;
+pub mod stats;

@@ -1,0 +1,26 @@
+//! What stepshim's tests and benchmarks share, written once: the real `stepshim` binary started as a
+//! child with its log kept, a loopback proxy that cuts connections mid-stream, raw HTTP requests, and
+//! small helpers to run processes to completion. A dev-dependency of the shim and a dependency of the
+//! benchmark, never of a binary that ships.
+//!
+//! # Layout
+//! - [`shim`]: [`Shim`], a shim child on loopback with a client and its captured log.
+//! - [`proxy`]: [`cutting_proxy`], the resume-after-disconnect fault.
+//! - [`raw`]: one raw HTTP/1.1 request, for what a typed client cannot send; error codes and metrics.
+//! - [`process`]: spawn-and-follow helpers and polling with a deadline.
+
+pub mod process;
+pub mod proxy;
+pub mod raw;
+pub mod shim;
+
+pub use process::{Ran, eventually, follow, run, sh};
+pub use proxy::cutting_proxy;
+pub use raw::{error_code, metric, raw};
+pub use shim::Shim;
+
+/// `n` random bytes as hex.
+pub fn random_hex(n: usize) -> String {
+    let bytes: Vec<u8> = (0..n).map(|_| rand::random::<u8>()).collect();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
