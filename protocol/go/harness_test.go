@@ -33,10 +33,7 @@ type testShim struct {
 	Client *shim.Client
 }
 
-var (
-	listenLine = regexp.MustCompile(`stepshim listening.*addr="([^"]+)"`)
-	ansiEscape = regexp.MustCompile("\x1b\\[[0-9;]*m")
-)
+var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;]*m")
 
 // shimBinary finds the stepshim binary: $STEPSHIM_BIN, else the cargo debug build of this repository.
 func shimBinary(t *testing.T) string {
@@ -71,7 +68,10 @@ func startShim(t *testing.T) *testShim {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	// The shim writes its address to the ready file once it serves (PROTOCOL.md section 7).
+	readyFile := filepath.Join(t.TempDir(), "ready")
 	cmd.Env = append(cmd.Env,
+		"STEPSHIM_READY_FILE="+readyFile,
 		"STEPSHIM_LISTEN=127.0.0.1:0",
 		"STEPSHIM_TOKEN_SHA256="+hex.EncodeToString(sum[:]),
 		"STEPSHIM_LOG=info",
@@ -92,7 +92,6 @@ func startShim(t *testing.T) *testShim {
 	// Drain stderr for the whole run (a full pipe would block the shim), remembering it for failures.
 	var logMu sync.Mutex
 	var logBuf bytes.Buffer
-	addrc := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -101,12 +100,6 @@ func startShim(t *testing.T) *testShim {
 			logMu.Lock()
 			logBuf.WriteString(line + "\n")
 			logMu.Unlock()
-			if m := listenLine.FindStringSubmatch(line); m != nil {
-				select {
-				case addrc <- m[1]:
-				default:
-				}
-			}
 		}
 		_, _ = io.Copy(io.Discard, stderr)
 	}()
@@ -126,14 +119,22 @@ func startShim(t *testing.T) *testShim {
 	})
 
 	var addr string
-	select {
-	case addr = <-addrc:
-	case <-exited:
-		logMu.Lock()
-		defer logMu.Unlock()
-		t.Fatalf("stepshim exited before listening:\n%s", logBuf.String())
-	case <-time.After(15 * time.Second):
-		t.Fatal("stepshim did not log its listening address within 15s")
+	deadline := time.Now().Add(15 * time.Second)
+	for addr == "" {
+		if b, err := os.ReadFile(readyFile); err == nil {
+			addr = strings.TrimSpace(string(b))
+			break
+		}
+		select {
+		case <-exited:
+			logMu.Lock()
+			defer logMu.Unlock()
+			t.Fatalf("stepshim exited before it was ready:\n%s", logBuf.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("stepshim wrote no ready file within 15s")
+		}
 	}
 	url := "http://" + addr
 	c, err := shim.New(url, token)
