@@ -12,27 +12,37 @@ use std::time::Duration;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
 use serde::Serialize;
 
+use crate::manifests::{POD_VERBS, UNNEEDED};
 use crate::runtime::{Runtime, RuntimeError};
 
-/// Verbs on pods the controller needs.
-pub const NEEDED: &[(&str, &str)] = &[
-    ("pods", "get"),
-    ("pods", "list"),
-    ("pods", "watch"),
-    ("pods", "create"),
-    ("pods", "delete"),
-];
-/// Rights the controller never uses: holding them is over-privileged.
-pub const UNNEEDED: &[(&str, &str)] = &[
-    ("pods/exec", "create"),
-    ("pods/attach", "create"),
-    ("pods/portforward", "create"),
-];
+/// The pods to collect at `now`: not in `desired`, not already being deleted, and older than
+/// `grace` (a pod without a creation time counts as new). Pure, so the rule is tested apart.
+pub fn select<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    desired: &HashSet<String>,
+    grace: Duration,
+    now: Timestamp,
+) -> Vec<String> {
+    pods.into_iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .filter_map(|pod| {
+            let name = pod.metadata.name.clone()?;
+            let age = pod
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .and_then(|t| now.duration_since(t.0).try_into().ok())
+                .unwrap_or(Duration::ZERO);
+            (!desired.contains(&name) && age >= grace).then_some(name)
+        })
+        .collect()
+}
 
 /// Deletes the worker's pods not in `desired` that are older than `grace`; returns their names.
 pub async fn collect(
@@ -40,28 +50,12 @@ pub async fn collect(
     desired: &HashSet<String>,
     grace: Duration,
 ) -> Result<Vec<String>, RuntimeError> {
-    let now = Timestamp::now();
-    let mut deleted = Vec::new();
-    for pod in rt.pods() {
-        let Some(name) = pod.metadata.name.clone() else {
-            continue;
-        };
-        if desired.contains(&name) || pod.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let age = pod
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .and_then(|t| now.duration_since(t.0).try_into().ok())
-            .unwrap_or(Duration::ZERO);
-        if age < grace {
-            continue;
-        }
-        rt.delete(&name).await?;
-        deleted.push(name);
+    let pods = rt.pods();
+    let chosen = select(pods.iter().map(|p| &**p), desired, grace, Timestamp::now());
+    for name in &chosen {
+        rt.delete(name).await?;
     }
-    Ok(deleted)
+    Ok(chosen)
 }
 
 /// Deletes every pod of the worker; returns their names.
@@ -128,7 +122,8 @@ pub async fn check(rt: &Runtime) -> Result<Health, RuntimeError> {
         }
         Ok(out)
     };
-    let needed = ask(NEEDED).await?;
+    let needed: Vec<_> = POD_VERBS.iter().map(|v| ("pods", *v)).collect();
+    let needed = ask(&needed).await?;
     let unneeded = ask(UNNEEDED).await?;
     let ok = needed.iter().all(|a| a.allowed);
     Ok(Health {
@@ -138,4 +133,36 @@ pub async fn check(rt: &Runtime) -> Result<Health, RuntimeError> {
         unneeded,
         ok,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn pod(name: &str, created: &str, deleting: bool) -> Pod {
+        let mut meta = serde_json::json!({"name": name, "creationTimestamp": created});
+        if deleting {
+            meta["deletionTimestamp"] = "2026-01-01T00:10:00Z".into();
+        }
+        serde_json::from_value(serde_json::json!({ "metadata": meta })).unwrap()
+    }
+
+    #[test]
+    fn collects_only_old_undesired_pods_not_already_going() {
+        let now: Timestamp = "2026-01-01T00:10:00Z".parse().unwrap();
+        let pods = [
+            pod("kept", "2026-01-01T00:00:00Z", false),
+            pod("old", "2026-01-01T00:00:00Z", false),
+            pod("young", "2026-01-01T00:09:30Z", false),
+            pod("going", "2026-01-01T00:00:00Z", true),
+            pod("edge", "2026-01-01T00:09:00Z", false),
+        ];
+        let desired = HashSet::from(["kept".to_owned()]);
+        let chosen = select(&pods, &desired, Duration::from_secs(60), now);
+        assert_eq!(chosen, ["old", "edge"]);
+        // Retirement: no desired set, no grace.
+        let all = select(&pods, &HashSet::new(), Duration::ZERO, now);
+        assert_eq!(all, ["kept", "old", "young", "edge"]);
+    }
 }

@@ -3,17 +3,21 @@
 //! `pods/portforward`.
 //!
 //! # Layout
-//! (The shim's client is the `client` crate; the benchmarks are the `bench` crate.)
 //! - [`token`]: per-pod tokens derived from the controller key (HMAC of namespace/name).
 //! - [`podspec`]: the step pod: user image, shim as PID 1, delivery by init container or ConfigMap.
 //! - [`runtime`]: one target (kubeconfig, namespace, worker): create, wait, delete, list pods.
+//! - [`progress`]: a pod's way to ready, from its status, with Kubernetes' reasons.
 //! - [`watch`]: the one shared reflector on the worker's pods that every wait reads.
 //! - [`gc`]: garbage collection, retirement and the credentials health check.
-//! - [`manifests`]: RBAC and the shim ConfigMap as YAML.
+//! - [`manifests`]: RBAC (the one list of verbs a worker needs) and the shim ConfigMap as YAML.
+//!
+//! The shim's HTTP client is the `client` crate; `stepctl`'s commands live in the binary's `cli`
+//! module; the benchmarks are the `bench` crate.
 
 pub mod gc;
 pub mod manifests;
 pub mod podspec;
+pub mod progress;
 pub mod runtime;
 pub mod token;
 pub mod watch;

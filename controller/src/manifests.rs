@@ -24,19 +24,22 @@ fn meta(name: &str, namespace: &str) -> ObjectMeta {
     }
 }
 
+/// The verbs on pods a worker needs, and `stepctl check` asks for.
+pub const POD_VERBS: &[&str] = &["get", "list", "watch", "create", "delete"];
+/// Rights a worker never uses: holding them is over-privileged, and `stepctl check` warns.
+pub const UNNEEDED: &[(&str, &str)] = &[
+    ("pods/exec", "create"),
+    ("pods/attach", "create"),
+    ("pods/portforward", "create"),
+];
+
 /// The rules of the worker's Role.
 pub fn rules() -> Vec<PolicyRule> {
     vec![
         PolicyRule {
             api_groups: Some(vec![String::new()]),
             resources: Some(vec!["pods".into()]),
-            verbs: vec![
-                "get".into(),
-                "list".into(),
-                "watch".into(),
-                "create".into(),
-                "delete".into(),
-            ],
+            verbs: POD_VERBS.iter().map(|v| (*v).to_owned()).collect(),
             ..Default::default()
         },
         PolicyRule {
@@ -49,7 +52,7 @@ pub fn rules() -> Vec<PolicyRule> {
 }
 
 /// ServiceAccount, Role and RoleBinding for worker identity `name` in `namespace`, as YAML documents.
-pub fn rbac(name: &str, namespace: &str) -> Result<String, serde_yaml::Error> {
+pub fn rbac(name: &str, namespace: &str) -> Result<String, serde_norway::Error> {
     let sa = ServiceAccount {
         metadata: meta(name, namespace),
         automount_service_account_token: Some(true),
@@ -86,7 +89,7 @@ pub fn shim_configmap(
     name: &str,
     namespace: &str,
     binary: Vec<u8>,
-) -> Result<String, serde_yaml::Error> {
+) -> Result<String, serde_norway::Error> {
     let cm = ConfigMap {
         metadata: meta(name, namespace),
         binary_data: Some(BTreeMap::from([(
@@ -102,13 +105,13 @@ fn doc<T: serde::Serialize>(
     api_version: &str,
     kind: &str,
     obj: &T,
-) -> Result<String, serde_yaml::Error> {
-    let mut v = serde_yaml::to_value(obj)?;
-    if let serde_yaml::Value::Mapping(m) = &mut v {
+) -> Result<String, serde_norway::Error> {
+    let mut v = serde_norway::to_value(obj)?;
+    if let serde_norway::Value::Mapping(m) = &mut v {
         m.insert("apiVersion".into(), api_version.into());
         m.insert("kind".into(), kind.into());
     }
-    serde_yaml::to_string(&v)
+    serde_norway::to_string(&v)
 }
 
 #[cfg(test)]

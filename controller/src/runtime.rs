@@ -13,8 +13,9 @@ use kube::{Api, Client, Config};
 use thiserror::Error;
 
 use crate::podspec::{self, SHIM_PORT, StepSpec, WORKER_LABEL};
+pub use crate::progress::{Progress, progress};
 use crate::token::Key;
-use crate::watch::PodWatch;
+use crate::watch::{PodWatch, WatchError};
 use client::{ClientError, ShimClient};
 
 /// What identifies a target.
@@ -31,15 +32,24 @@ pub struct TargetConfig {
 /// Errors of the runtime.
 #[derive(Debug, Error)]
 pub enum RuntimeError {
-    /// Loading the kubeconfig or building a client failed.
+    /// The kubeconfig file could not be read or used.
+    #[error("kubeconfig {path}: {source}")]
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// No kubeconfig was given and none could be inferred (`KUBECONFIG`, `~/.kube/config`, in-cluster).
     #[error("kubernetes configuration: {0}")]
-    Config(String),
+    Infer(#[source] kube::config::InferConfigError),
     /// An API call failed.
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     /// The pod cache could not be filled.
-    #[error("{0}")]
-    Watch(String),
+    #[error(transparent)]
+    Watch(#[from] WatchError),
     /// The pod cannot start, with Kubernetes' own reason.
     #[error("pod {name} cannot start: {reason}: {message}")]
     PodFailed {
@@ -68,144 +78,6 @@ pub enum RuntimeError {
     Shim(#[from] ClientError),
 }
 
-/// Where a pod is on its way to ready.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Progress {
-    /// Not yet in the cache.
-    Unknown,
-    /// Waiting for a node (with the scheduler's message, if any).
-    Scheduling(String),
-    /// Pulling or waiting for an image.
-    Pulling(String),
-    /// Containers starting, or the shim not yet answering its readiness probe.
-    Starting(String),
-    /// Running, ready, with this pod IP.
-    Ready(String),
-    /// Will never be ready.
-    Failed {
-        /// Kubernetes' reason.
-        reason: String,
-        /// Kubernetes' message.
-        message: String,
-    },
-}
-
-impl std::fmt::Display for Progress {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Progress::Unknown => write!(f, "creating"),
-            Progress::Scheduling(m) => write!(f, "scheduling{}", suffix(m)),
-            Progress::Pulling(m) => {
-                write!(f, "pulling images and creating containers{}", suffix(m))
-            }
-            Progress::Starting(m) => write!(f, "starting{}", suffix(m)),
-            Progress::Ready(ip) => write!(f, "ready at {ip}"),
-            Progress::Failed { reason, message } => {
-                write!(f, "failed: {reason}{}", suffix(message))
-            }
-        }
-    }
-}
-
-fn suffix(m: &str) -> String {
-    if m.is_empty() {
-        String::new()
-    } else {
-        format!(" ({m})")
-    }
-}
-
-/// Reasons of a waiting container that mean the pod will not start without a change.
-const FATAL_WAITING: &[&str] = &[
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "ErrImageNeverPull",
-    "InvalidImageName",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-    "RunContainerError",
-    "CrashLoopBackOff",
-];
-
-/// Reads a pod's progress from its status.
-pub fn progress(pod: Option<&Pod>) -> Progress {
-    let Some(pod) = pod else {
-        return Progress::Unknown;
-    };
-    let Some(status) = &pod.status else {
-        return Progress::Scheduling(String::new());
-    };
-    let phase = status.phase.as_deref().unwrap_or("Pending");
-    if phase == "Failed" || phase == "Succeeded" {
-        return Progress::Failed {
-            reason: status
-                .reason
-                .clone()
-                .unwrap_or_else(|| format!("pod {}", phase.to_lowercase())),
-            message: status
-                .message
-                .clone()
-                .unwrap_or_else(|| "the shim exited".into()),
-        };
-    }
-    let conditions = status.conditions.clone().unwrap_or_default();
-    let cond = |t: &str| conditions.iter().find(|c| c.type_ == t);
-    let statuses = status
-        .init_container_statuses
-        .iter()
-        .flatten()
-        .chain(status.container_statuses.iter().flatten());
-    for cs in statuses.clone() {
-        if let Some(w) = cs.state.as_ref().and_then(|s| s.waiting.as_ref()) {
-            let reason = w.reason.clone().unwrap_or_default();
-            if FATAL_WAITING.contains(&reason.as_str()) {
-                return Progress::Failed {
-                    reason,
-                    message: w.message.clone().unwrap_or_default(),
-                };
-            }
-        }
-        if let Some(t) = cs.state.as_ref().and_then(|s| s.terminated.as_ref())
-            && t.exit_code != 0
-        {
-            return Progress::Failed {
-                reason: format!("container {} exited {}", cs.name, t.exit_code),
-                message: t.message.clone().or(t.reason.clone()).unwrap_or_default(),
-            };
-        }
-    }
-    match cond("PodScheduled") {
-        Some(c) if c.status == "True" => {}
-        Some(c) => return Progress::Scheduling(c.message.clone().unwrap_or_default()),
-        None => return Progress::Scheduling(String::new()),
-    }
-    for cs in statuses {
-        if let Some(w) = cs.state.as_ref().and_then(|s| s.waiting.as_ref()) {
-            let reason = w.reason.clone().unwrap_or_default();
-            if reason == "ContainerCreating" || reason == "PodInitializing" {
-                return Progress::Pulling(format!("{}: {reason}", cs.name));
-            }
-            if reason == "ImagePullBackOff" || reason == "ErrImagePull" {
-                return Progress::Pulling(format!("{}: {reason}", cs.name));
-            }
-            return Progress::Starting(format!("{}: {reason}", cs.name));
-        }
-    }
-    if status
-        .container_statuses
-        .as_ref()
-        .is_none_or(|v| v.is_empty())
-        && phase == "Pending"
-    {
-        return Progress::Pulling("creating containers".into());
-    }
-    let ready = cond("Ready").is_some_and(|c| c.status == "True");
-    match (&status.pod_ip, ready, phase) {
-        (Some(ip), true, "Running") => Progress::Ready(ip.clone()),
-        _ => Progress::Starting("waiting for the shim's readiness".into()),
-    }
-}
-
 /// The runtime of one target.
 pub struct Runtime {
     /// The Kubernetes client (for health checks and extra calls).
@@ -232,15 +104,16 @@ impl std::fmt::Debug for Runtime {
 pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<Client, RuntimeError> {
     let config = match kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .map_err(|e| RuntimeError::Config(format!("{}: {e}", path.display())))?;
+            let bad = |source| RuntimeError::Kubeconfig {
+                path: path.to_owned(),
+                source,
+            };
+            let kc = Kubeconfig::read_from(path).map_err(bad)?;
             Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await
-                .map_err(|e| RuntimeError::Config(format!("{}: {e}", path.display())))?
+                .map_err(bad)?
         }
-        None => Config::infer()
-            .await
-            .map_err(|e| RuntimeError::Config(e.to_string()))?,
+        None => Config::infer().await.map_err(RuntimeError::Infer)?,
     };
     Client::try_from(config).map_err(RuntimeError::Kube)
 }
@@ -257,8 +130,7 @@ impl Runtime {
             &selector,
             Duration::from_secs(30),
         )
-        .await
-        .map_err(RuntimeError::Watch)?;
+        .await?;
         Ok(Runtime {
             client,
             namespace: target.namespace.clone(),

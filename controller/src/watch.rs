@@ -14,6 +14,19 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
+/// Why the pod cache could not be filled.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    /// The first list did not complete in time (apiserver down, no `list`/`watch` right, ...).
+    #[error("could not list pods in {namespace} within {waited:?}")]
+    NotReady {
+        /// The namespace watched.
+        namespace: String,
+        /// How long it waited.
+        waited: Duration,
+    },
+}
+
 /// A live, label-filtered cache of pods.
 #[derive(Debug)]
 pub struct PodWatch {
@@ -37,7 +50,7 @@ impl PodWatch {
         namespace: &str,
         selector: &str,
         timeout: Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, WatchError> {
         let (reader, writer) = reflector::store();
         let (tx, rx) = watch::channel(0u64);
         let config = watcher::Config::default().labels(selector);
@@ -72,9 +85,10 @@ impl PodWatch {
             }),
             _ => {
                 task.abort();
-                Err(format!(
-                    "could not list pods in {namespace} within {timeout:?}"
-                ))
+                Err(WatchError::NotReady {
+                    namespace: namespace.to_owned(),
+                    waited: timeout,
+                })
             }
         }
     }
