@@ -55,6 +55,10 @@ impl FrameType {
     }
 }
 
+/// The whole keepalive frame (kind 0, no payload) a follow sends while idle. It is never stored in a
+/// log, so it does not move the offset; decoders yield it and clients skip it.
+pub const KEEPALIVE_FRAME: [u8; HEADER_LEN] = [0; HEADER_LEN];
+
 /// A decoded frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameHeader {

@@ -100,3 +100,11 @@ proptest! {
         let _ = d.finish();
     }
 }
+
+#[test]
+fn the_keepalive_constant_is_an_encoded_empty_keepalive_frame() {
+    assert_eq!(
+        Frame::new(FrameType::Keepalive, Vec::new()).encode(),
+        KEEPALIVE_FRAME.to_vec()
+    );
+}

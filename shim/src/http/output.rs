@@ -22,13 +22,12 @@ use crate::proc::Proc;
 const CHUNK: usize = 256 * 1024;
 /// Idle time after which a keepalive frame is sent on a follow.
 pub const KEEPALIVE: Duration = Duration::from_secs(10);
-const KEEPALIVE_FRAME: [u8; 8] = [0; 8];
 
 /// Answers an output request.
 pub fn handle(app: &Arc<App>, id: &str, query: &Query) -> Result<Response<Body>, Error> {
     let proc = app.table.get(id)?;
-    let offset = query.u64("offset", 0)?;
-    let follow = query.flag("follow");
+    let offset = query.u64(protocol::query::OFFSET, 0)?;
+    let follow = query.flag(protocol::query::FOLLOW);
     let end = proc.log.state().end;
     if !proc
         .log
@@ -92,7 +91,7 @@ async fn stream(app: Arc<App>, proc: Arc<Proc>, mut pos: u64, stop: Option<u64>,
         tokio::select! {
             changed = state.changed() => if changed.is_err() { return },
             _ = tokio::time::sleep(KEEPALIVE) => {
-                if tx.send(Ok(Bytes::from_static(&KEEPALIVE_FRAME))).await.is_err() {
+                if tx.send(Ok(Bytes::from_static(&protocol::frame::KEEPALIVE_FRAME))).await.is_err() {
                     return;
                 }
             }
