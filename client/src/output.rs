@@ -45,7 +45,7 @@ impl OutputStream {
             match self.body.frame().await {
                 Some(Ok(f)) => {
                     if let Ok(data) = f.into_data() {
-                        self.decoder.push(&data);
+                        self.decoder.push_bytes(data);
                     }
                 }
                 Some(Err(e)) => return Err(ClientError::Body(e)),
@@ -89,9 +89,7 @@ impl ShimClient {
                     match frame? {
                         Some(f) => {
                             match f.kind {
-                                FrameType::Stdout | FrameType::Stderr => {
-                                    sink(f.kind, Bytes::from(f.payload))
-                                }
+                                FrameType::Stdout | FrameType::Stderr => sink(f.kind, f.payload),
                                 FrameType::Exit => {
                                     let exit: Exit = serde_json::from_slice(&f.payload)
                                         .map_err(ClientError::Json)?;

@@ -6,6 +6,9 @@
 //! yields whole frames, keeping the log offset of the next frame so a client can resume after losing its
 //! connection.
 
+use std::collections::VecDeque;
+
+use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 
 /// Length of a frame header in bytes.
@@ -120,13 +123,13 @@ pub struct Frame {
     pub kind: FrameType,
     /// Reserved flags byte.
     pub flags: u8,
-    /// The payload.
-    pub payload: Vec<u8>,
+    /// The payload (a slice of the received bytes when it arrived in one piece).
+    pub payload: Bytes,
 }
 
 impl Frame {
     /// A frame of the given type and payload, with no flags.
-    pub fn new(kind: FrameType, payload: impl Into<Vec<u8>>) -> Self {
+    pub fn new(kind: FrameType, payload: impl Into<Bytes>) -> Self {
         Frame {
             kind,
             flags: 0,
@@ -161,14 +164,17 @@ impl Frame {
 
 /// Incremental decoder of a frame stream that starts at log offset `start`.
 ///
-/// Feed it bytes as they arrive with [`Decoder::push`] and take frames with [`Decoder::next_frame`].
-/// [`Decoder::offset`] is the log offset just past the last frame taken: the offset to resume from.
-/// Keepalive frames are yielded too (callers usually skip them) but never advance the offset, because
-/// they are not part of the log.
+/// Feed it bytes as they arrive with [`Decoder::push_bytes`] (or [`Decoder::push`] for borrowed
+/// bytes) and take frames with [`Decoder::next_frame`]. [`Decoder::offset`] is the log offset just
+/// past the last frame taken: the offset to resume from. Keepalive frames are yielded too (callers
+/// usually skip them) but never advance the offset, because they are not part of the log.
+///
+/// Received chunks are kept as they came: a payload that lies within one chunk is handed out as a
+/// slice of it, without copying; only a payload split across chunks is gathered into a new buffer.
 #[derive(Debug, Default)]
 pub struct Decoder {
-    buf: Vec<u8>,
-    pos: usize,
+    chunks: VecDeque<Bytes>,
+    pending: usize,
     offset: u64,
 }
 
@@ -176,8 +182,8 @@ impl Decoder {
     /// A decoder for a stream that begins at log offset `start`.
     pub fn new(start: u64) -> Self {
         Decoder {
-            buf: Vec::new(),
-            pos: 0,
+            chunks: VecDeque::new(),
+            pending: 0,
             offset: start,
         }
     }
@@ -187,36 +193,81 @@ impl Decoder {
         self.offset
     }
 
-    /// Appends received bytes.
+    /// Appends received bytes (copied once).
     pub fn push(&mut self, bytes: &[u8]) {
-        if self.pos > 0 && self.pos == self.buf.len() {
-            self.buf.clear();
-            self.pos = 0;
-        } else if self.pos > 64 * 1024 && self.pos * 2 > self.buf.len() {
-            self.buf.drain(..self.pos);
-            self.pos = 0;
+        self.push_bytes(Bytes::copy_from_slice(bytes));
+    }
+
+    /// Appends a received chunk without copying it.
+    pub fn push_bytes(&mut self, bytes: Bytes) {
+        if !bytes.is_empty() {
+            self.pending += bytes.len();
+            self.chunks.push_back(bytes);
         }
-        self.buf.extend_from_slice(bytes);
     }
 
     /// Bytes received but not yet returned as a frame.
     pub fn pending(&self) -> usize {
-        self.buf.len() - self.pos
+        self.pending
+    }
+
+    /// The header at the front, if all 8 bytes are here.
+    fn peek_header(&self) -> Option<[u8; HEADER_LEN]> {
+        if self.pending < HEADER_LEN {
+            return None;
+        }
+        let mut head = [0u8; HEADER_LEN];
+        let mut filled = 0;
+        for chunk in &self.chunks {
+            let n = chunk.len().min(HEADER_LEN - filled);
+            head[filled..filled + n].copy_from_slice(&chunk[..n]);
+            filled += n;
+            if filled == HEADER_LEN {
+                break;
+            }
+        }
+        Some(head)
+    }
+
+    /// Removes and returns the first `n` pending bytes (`n <= pending`), slicing when one chunk
+    /// holds them all.
+    fn take(&mut self, n: usize) -> Bytes {
+        self.pending -= n;
+        if let Some(front) = self.chunks.front_mut()
+            && front.len() >= n
+        {
+            let out = front.split_to(n);
+            if front.is_empty() {
+                self.chunks.pop_front();
+            }
+            return out;
+        }
+        let mut out = BytesMut::with_capacity(n);
+        while out.len() < n {
+            let Some(front) = self.chunks.front_mut() else {
+                break;
+            };
+            let k = front.len().min(n - out.len());
+            out.extend_from_slice(&front.split_to(k));
+            if front.is_empty() {
+                self.chunks.pop_front();
+            }
+        }
+        out.freeze()
     }
 
     /// The next whole frame, `Ok(None)` if more bytes are needed.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
-        let rest = &self.buf[self.pos..];
-        let Some(head) = rest.first_chunk::<HEADER_LEN>() else {
+        let Some(head) = self.peek_header() else {
             return Ok(None);
         };
-        let header = FrameHeader::decode(head)?;
+        let header = FrameHeader::decode(&head)?;
         let total = HEADER_LEN + header.len as usize;
-        if rest.len() < total {
+        if self.pending < total {
             return Ok(None);
         }
-        let payload = rest[HEADER_LEN..total].to_vec();
-        self.pos += total;
+        self.take(HEADER_LEN);
+        let payload = self.take(header.len as usize);
         if header.kind != FrameType::Keepalive {
             self.offset += total as u64;
         }
@@ -229,16 +280,13 @@ impl Decoder {
 
     /// Call at end of stream: an error if a frame was cut short.
     pub fn finish(&self) -> Result<(), FrameError> {
-        match self.pending() {
+        match self.pending {
             0 => Ok(()),
             n if n < HEADER_LEN => Err(FrameError::Truncated {
                 missing: HEADER_LEN - n,
             }),
             n => {
-                let head = self.buf[self.pos..]
-                    .first_chunk::<HEADER_LEN>()
-                    .copied()
-                    .unwrap_or_default();
+                let head = self.peek_header().unwrap_or_default();
                 let header = FrameHeader::decode(&head)?;
                 Err(FrameError::Truncated {
                     missing: header.frame_len() as usize - n,

@@ -60,7 +60,7 @@ async fn stdout_and_stderr_keep_their_order() {
     while let Some(f) = out.next().await.unwrap() {
         match f.kind {
             FrameType::Stdout | FrameType::Stderr => {
-                ran.frames.push((f.kind, f.payload.into()));
+                ran.frames.push((f.kind, f.payload));
                 let ack = c.stdin("order", sent, "go\n".into(), false).await;
                 sent = ack.map_or(sent, |a| a.stdin_offset);
             }
@@ -190,7 +190,7 @@ async fn signals_reach_the_whole_process_group() {
     shim.client.spawn("group", &spec).await.unwrap();
     let mut out = shim.client.output("group", 0, true).await.unwrap();
     let first = out.next().await.unwrap().unwrap();
-    let text = String::from_utf8(first.payload).unwrap();
+    let text = String::from_utf8(first.payload.to_vec()).unwrap();
     let child: i32 = text.trim().strip_prefix("child ").unwrap().parse().unwrap();
     let p = shim.client.signal("group", "term").await.unwrap();
     assert_eq!(p.state, State::Running);

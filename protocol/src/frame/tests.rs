@@ -108,3 +108,26 @@ fn the_keepalive_constant_is_an_encoded_empty_keepalive_frame() {
         KEEPALIVE_FRAME.to_vec()
     );
 }
+
+#[test]
+fn a_payload_within_one_chunk_is_a_slice_of_it_and_a_split_one_is_gathered() {
+    let mut bytes = Vec::new();
+    Frame::new(FrameType::Stdout, vec![7u8; 1000]).encode_into(&mut bytes);
+    Frame::new(FrameType::Stderr, vec![9u8; 1000]).encode_into(&mut bytes);
+    let chunk = Bytes::from(bytes);
+    let mut d = Decoder::new(0);
+    // The first frame and half of the second arrive in one chunk, the rest in another.
+    d.push_bytes(chunk.slice(..1500));
+    d.push_bytes(chunk.slice(1500..));
+    let first = d.next_frame().unwrap().unwrap();
+    let inside = chunk.as_ptr() as usize..chunk.as_ptr() as usize + chunk.len();
+    assert!(
+        inside.contains(&(first.payload.as_ptr() as usize)),
+        "not copied"
+    );
+    let second = d.next_frame().unwrap().unwrap();
+    assert_eq!(second.payload, vec![9u8; 1000]);
+    assert!(!inside.contains(&(second.payload.as_ptr() as usize)));
+    assert_eq!(d.pending(), 0);
+    assert_eq!(d.offset(), 2016);
+}
