@@ -6,7 +6,17 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Runtime::new() {
+    // The local benchmark measures the shim, so its client runs on one thread (on this machine a
+    // /healthz round trip took 110-120 µs from the multi-thread runtime, 36-54 µs from
+    // current_thread, as profiled for issue 13); the cluster
+    // benchmark drives hundreds of streams on both paths and gets every core.
+    let runtime = match &cli.command {
+        Command::Local(_) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        Command::Cluster(_) => tokio::runtime::Runtime::new(),
+    };
+    let runtime = match runtime {
         Ok(r) => r,
         Err(e) => {
             eprintln!("stepshim-bench: cannot start the runtime: {e}");

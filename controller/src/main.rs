@@ -17,7 +17,12 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let runtime = match tokio::runtime::Runtime::new() {
+    // One thread is plenty for one command talking to a handful of shims and the apiserver, and
+    // it answers faster: no wake-ups handed between worker threads.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("stepctl: cannot start the runtime: {e}");
