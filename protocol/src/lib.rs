@@ -7,9 +7,11 @@
 //!   decoder that tracks the resume offset.
 //! - [`types`]: JSON request and response bodies (spawn spec, process status, exit, info, errors).
 //! - [`routes`]: route paths, query parameter names and the process id syntax.
+//! - `object`: request bodies deserialize from JSON objects only, never arrays.
 //! - [`signal`]: signal names and numbers accepted by the signal route.
 
 pub mod frame;
+mod object;
 pub mod routes;
 pub mod signal;
 pub mod types;
