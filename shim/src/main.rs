@@ -52,7 +52,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::bind(config.listen).await {
+        let listener = match listen(config.listen) {
             Ok(l) => l,
             Err(e) => {
                 eprintln!("stepshim: cannot listen on {}: {e}", config.listen);
@@ -87,6 +87,22 @@ fn main() -> ExitCode {
         stepshim::run(config, listener, shutdown).await;
         ExitCode::SUCCESS
     })
+}
+
+/// Listen backlog: room for a burst of connections beyond the connection cap, so a health probe
+/// arriving during a flood waits in the queue instead of having its SYN dropped (a 1 s retransmit).
+/// The kernel caps it at `net.core.somaxconn`.
+const BACKLOG: u32 = 8192;
+
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
 }
 
 /// `stepshim install DEST`: copies this binary to DEST, executable. An init container runs it from the
