@@ -65,6 +65,8 @@ pub struct Table {
     events: Arc<watch::Sender<u64>>,
     settings: Settings,
     oom: OomCounter,
+    /// The OOM kill count already attributed to a process: each kill explains one death only.
+    oom_attributed: AtomicU64,
     /// Output memory accounting shared by every log.
     pub budget: Arc<Budget>,
     /// Processes started since boot.
@@ -95,6 +97,7 @@ impl Table {
             events: Arc::new(watch::channel(0).0),
             settings,
             oom,
+            oom_attributed: AtomicU64::new(0),
             budget,
             spawned: AtomicU64::new(0),
             orphans: AtomicU64::new(0),
@@ -249,11 +252,12 @@ impl Table {
     }
 
     /// Adds the OOM reason to a killed process's exit when the memory cgroup counted an OOM kill
-    /// since the process started.
+    /// since the process started that no earlier exit was given.
     fn with_reason(&self, proc: &Proc, mut exit: Exit) -> Exit {
         if crate::oom::looks_killed(&exit)
             && let (Some(before), Some(now)) = (proc.oom_kills_at_start, self.oom.read())
             && now > before
+            && self.oom_attributed.fetch_max(now, Ordering::AcqRel) < now
         {
             exit.reason = Some(ExitReason::OomKill);
         }
