@@ -129,13 +129,13 @@ async fn slow_headers(addr: String, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>)
         if s.write_all(b"GET /v1/info HTTP/1.1\r\nHost: shim\r\n").await.is_err() {
             continue;
         }
-        // 100 lines of 3.8 KB: 380 KB of header, never finished.
+        // Up to 100 lines of 3.8 KB, one a second: 380 KB of header, never finished.
         for _ in 0..100 {
             if stop.load(Ordering::Relaxed) || s.write_all(line.as_bytes()).await.is_err() {
                 break;
             }
             sent.fetch_add(line.len() as u64, Ordering::Relaxed);
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            tokio::time::sleep(Duration::from_millis(1000)).await;
         }
     }
 }
@@ -159,16 +159,27 @@ async fn idle(addr: String, stop: Arc<AtomicBool>, open: Arc<AtomicU64>) {
     }
 }
 
+/// The attackers' own runtime on its own thread, so that their load does not delay the probes'
+/// side of the measurement.
+fn attacker_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn floods_of_slow_and_idle_connections_leave_the_shim_serving() {
     raise_own_nofile();
+    let attackers = attacker_runtime();
 
     // 3,000 connections, each sending header lines slowly and never finishing.
     let shim = Shim::start_with(&[("STEPSHIM_LOG", "info")], None);
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..3000)
-        .map(|_| tokio::spawn(slow_headers(shim.addr.clone(), stop.clone(), sent.clone())))
+        .map(|_| attackers.spawn(slow_headers(shim.addr.clone(), stop.clone(), sent.clone())))
         .collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let worst = probe(&shim, Instant::now() + Duration::from_secs(6), "slow").await;
@@ -185,7 +196,7 @@ async fn floods_of_slow_and_idle_connections_leave_the_shim_serving() {
     let stop = Arc::new(AtomicBool::new(false));
     let open = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..4100)
-        .map(|_| tokio::spawn(idle(shim.addr.clone(), stop.clone(), open.clone())))
+        .map(|_| attackers.spawn(idle(shim.addr.clone(), stop.clone(), open.clone())))
         .collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let worst = probe(&shim, Instant::now() + Duration::from_secs(6), "idle").await;
@@ -195,4 +206,5 @@ async fn floods_of_slow_and_idle_connections_leave_the_shim_serving() {
     for t in tasks {
         t.await.unwrap();
     }
+    attackers.shutdown_background();
 }
