@@ -53,13 +53,13 @@ mod tests {
         let spec: SpawnRequest =
             serde_json::from_str(r#"{"path":"x","tty":{"cols":80,"rows":24}}"#).unwrap();
         assert_eq!(spec.tty, Some(TtySize { cols: 80, rows: 24 }));
-        let back: SpawnRequest = serde_json::from_slice(&serde_json::to_vec(&spec).unwrap()).unwrap();
+        let back: SpawnRequest =
+            serde_json::from_slice(&serde_json::to_vec(&spec).unwrap()).unwrap();
         assert_eq!(back, spec);
         let sig: SignalRequest = serde_json::from_str(r#"{"signal":4294967311}"#).unwrap();
         assert_eq!(sig.signal, SignalSpec::Number(4294967311));
         for n in ["1e300", "-5", "18446744073709551616", "15.5"] {
-            let sig: SignalRequest =
-                serde_json::from_str(&format!(r#"{{"signal":{n}}}"#)).unwrap();
+            let sig: SignalRequest = serde_json::from_str(&format!(r#"{{"signal":{n}}}"#)).unwrap();
             assert_eq!(crate::signal::parse(&sig.signal), None, "{n}");
         }
     }

@@ -326,8 +326,8 @@ impl ErrorCode {
     pub fn status(self) -> u16 {
         use ErrorCode::*;
         match self {
-            BadRequest | InvalidJson | InvalidSpec | InvalidId | InvalidOffset | InvalidSignal | InvalidPath
-            | InvalidTar => 400,
+            BadRequest | InvalidJson | InvalidSpec | InvalidId | InvalidOffset | InvalidSignal
+            | InvalidPath | InvalidTar => 400,
             Unauthorized => 401,
             NoRoute | ProcessNotFound | FileNotFound => 404,
             MethodNotAllowed => 405,

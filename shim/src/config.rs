@@ -179,17 +179,21 @@ impl Config {
                 });
             }
         };
-        let ranged = |name: &'static str, default: i64, lo: i64, hi: i64| -> Result<i64, ConfigError> {
-            let v: i64 = get(name).map(|s| parse(s, name)).transpose()?.unwrap_or(default);
-            if (lo..=hi).contains(&v) {
-                Ok(v)
-            } else {
-                Err(ConfigError::Invalid {
-                    name,
-                    reason: format!("must be {lo} to {hi}"),
-                })
-            }
-        };
+        let ranged =
+            |name: &'static str, default: i64, lo: i64, hi: i64| -> Result<i64, ConfigError> {
+                let v: i64 = get(name)
+                    .map(|s| parse(s, name))
+                    .transpose()?
+                    .unwrap_or(default);
+                if (lo..=hi).contains(&v) {
+                    Ok(v)
+                } else {
+                    Err(ConfigError::Invalid {
+                        name,
+                        reason: format!("must be {lo} to {hi}"),
+                    })
+                }
+            };
         let auth_timeout = secs("STEPSHIM_AUTH_TIMEOUT_SECONDS", 5.0)?;
         if auth_timeout.is_zero() {
             return Err(ConfigError::Invalid {
@@ -266,8 +270,14 @@ mod tests {
         assert!(c.token_sha256.is_none());
         assert_eq!(c.grace, Duration::from_secs(10));
         assert_eq!((c.max_processes, c.max_connections), (4096, 1024));
-        assert_eq!((c.max_spec_bytes, c.max_header_bytes), (256 << 10, 16 << 10));
-        assert_eq!((c.auth_timeout, c.oom_score_adj), (Duration::from_secs(5), 1000));
+        assert_eq!(
+            (c.max_spec_bytes, c.max_header_bytes),
+            (256 << 10, 16 << 10)
+        );
+        assert_eq!(
+            (c.auth_timeout, c.oom_score_adj),
+            (Duration::from_secs(5), 1000)
+        );
         for (k, v) in [
             ("STEPSHIM_MAX_PROCESSES", "0"),
             ("STEPSHIM_MAX_HEADER_BYTES", "100"),

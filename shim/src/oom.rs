@@ -31,9 +31,7 @@ impl OomCounter {
         }
         candidates.push(root.join("memory.events"));
         candidates.push(root.join("memory/memory.oom_control"));
-        let file = candidates
-            .into_iter()
-            .find(|p| read_count(p).is_some());
+        let file = candidates.into_iter().find(|p| read_count(p).is_some());
         OomCounter { file }
     }
 

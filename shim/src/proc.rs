@@ -5,8 +5,8 @@
 //! `exited` always means the log is complete.
 
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use protocol::{Exit, FrameType, SpawnRequest, State};
@@ -16,6 +16,15 @@ use crate::clock::rfc3339;
 use crate::error::Error;
 use crate::log::OutputLog;
 use crate::stdin::Stdin;
+
+/// What a process reports to its table.
+#[derive(Debug)]
+pub struct Links {
+    /// The table's change counter, bumped when the exit frame is written.
+    pub events: Arc<watch::Sender<u64>>,
+    /// The memory cgroup's OOM kill count when the process started, if readable.
+    pub oom_kills_at_start: Option<u64>,
+}
 
 /// A started process.
 #[derive(Debug)]
@@ -55,8 +64,7 @@ impl Proc {
         log: OutputLog,
         stdin: Option<Stdin>,
         tty: Option<OwnedFd>,
-        events: Arc<watch::Sender<u64>>,
-        oom_kills_at_start: Option<u64>,
+        links: Links,
     ) -> (Self, oneshot::Receiver<Exit>) {
         let (tx, rx) = oneshot::channel();
         let proc = Proc {
@@ -70,8 +78,8 @@ impl Proc {
             exit: Mutex::new(None),
             reaped_tx: Mutex::new(Some(tx)),
             reaped: AtomicBool::new(false),
-            events,
-            oom_kills_at_start,
+            events: links.events,
+            oom_kills_at_start: links.oom_kills_at_start,
         };
         (proc, rx)
     }

@@ -112,7 +112,12 @@ pub fn resolve_executable(path: &str, env: &[(String, String)]) -> Result<PathBu
 /// Bytes of a spec's strings: what remembering the process costs beyond its output.
 pub fn spec_bytes(spec: &SpawnRequest) -> usize {
     spec.path.len()
-        + spec.args.iter().chain(&spec.env).map(String::len).sum::<usize>()
+        + spec
+            .args
+            .iter()
+            .chain(&spec.env)
+            .map(String::len)
+            .sum::<usize>()
         + spec.dir.as_ref().map_or(0, String::len)
         + spec.user.as_ref().map_or(0, String::len)
 }

@@ -223,8 +223,10 @@ impl Table {
             log,
             started.stdin,
             started.tty,
-            self.events.clone(),
-            oom_kills_at_start,
+            crate::proc::Links {
+                events: self.events.clone(),
+                oom_kills_at_start,
+            },
         );
         let proc = Arc::new(proc);
         let early_exit = {

@@ -26,7 +26,9 @@ fn status_kib(pid: u32, field: &str) -> u64 {
 }
 
 fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
 }
 
 /// `GET /healthz` on a new connection, with a deadline: the time it took.
@@ -46,7 +48,11 @@ async fn healthz(addr: &str) -> Duration {
     })
     .await;
     let resp = answer.expect("healthz timed out").expect("healthz failed");
-    assert!(resp.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&resp));
+    assert!(
+        resp.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&resp)
+    );
     started.elapsed()
 }
 
@@ -94,7 +100,10 @@ fn raise_own_nofile() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(u64::MAX);
     let hard = hard.min(1 << 20);
-    assert!(hard >= 8192, "the open-file hard limit {hard} is too low for the flood");
+    assert!(
+        hard >= 8192,
+        "the open-file hard limit {hard} is too low for the flood"
+    );
     let ok = std::process::Command::new("prlimit")
         .args(["--pid", &std::process::id().to_string()])
         .arg(format!("--nofile={hard}:{hard}"))
@@ -126,7 +135,10 @@ async fn slow_headers(addr: String, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>)
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        if s.write_all(b"GET /v1/info HTTP/1.1\r\nHost: shim\r\n").await.is_err() {
+        if s.write_all(b"GET /v1/info HTTP/1.1\r\nHost: shim\r\n")
+            .await
+            .is_err()
+        {
             continue;
         }
         // Up to 100 lines of 3.8 KB, one a second: 380 KB of header, never finished.
@@ -187,7 +199,10 @@ async fn floods_of_slow_and_idle_connections_leave_the_shim_serving() {
     for t in tasks {
         t.await.unwrap();
     }
-    eprintln!("slow headers: {} MiB sent", sent.load(Ordering::Relaxed) >> 20);
+    eprintln!(
+        "slow headers: {} MiB sent",
+        sent.load(Ordering::Relaxed) >> 20
+    );
     check("3,000 slow-header connections", &worst);
     drop(shim);
 

@@ -15,12 +15,7 @@ use protocol::{Exit, SpawnRequest};
 async fn healthz_is_open_for_get_only() {
     let shim = Shim::start();
     let t = Some(shim.token.as_str());
-    for (method, token) in [
-        ("POST", None),
-        ("DELETE", None),
-        ("DELETE", t),
-        ("PUT", t),
-    ] {
+    for (method, token) in [("POST", None), ("DELETE", None), ("DELETE", t), ("PUT", t)] {
         let (status, head, body) = raw(&shim.addr, method, "/healthz", token, b"").await;
         assert_eq!(status, 405, "{method} /healthz with {token:?}");
         assert_eq!(error_code(&body), "method_not_allowed");
@@ -40,12 +35,37 @@ async fn arrays_are_not_objects_and_huge_signal_numbers_are_signals() {
     };
     shim.client.spawn("t", &tty).await.unwrap();
     let cases: [(&str, &str, &[u8], &str); 6] = [
-        ("PUT", "/v1/processes/arr", br#"["/bin/echo",["x"]]"#, "invalid_json"),
-        ("PUT", "/v1/processes/arr", br#"{"path":"/bin/true","tty":[80,24]}"#, "invalid_json"),
-        ("POST", "/v1/processes/t/signal", br#"["WINCH"]"#, "invalid_json"),
+        (
+            "PUT",
+            "/v1/processes/arr",
+            br#"["/bin/echo",["x"]]"#,
+            "invalid_json",
+        ),
+        (
+            "PUT",
+            "/v1/processes/arr",
+            br#"{"path":"/bin/true","tty":[80,24]}"#,
+            "invalid_json",
+        ),
+        (
+            "POST",
+            "/v1/processes/t/signal",
+            br#"["WINCH"]"#,
+            "invalid_json",
+        ),
         ("POST", "/v1/processes/t/resize", b"[80,24]", "invalid_json"),
-        ("POST", "/v1/processes/t/signal", br#"{"signal":4294967311}"#, "invalid_signal"),
-        ("POST", "/v1/processes/t/signal", br#"{"signal":1e40}"#, "invalid_signal"),
+        (
+            "POST",
+            "/v1/processes/t/signal",
+            br#"{"signal":4294967311}"#,
+            "invalid_signal",
+        ),
+        (
+            "POST",
+            "/v1/processes/t/signal",
+            br#"{"signal":1e40}"#,
+            "invalid_signal",
+        ),
     ];
     for (method, path, body, code) in cases {
         let (status, _, resp) = raw(&shim.addr, method, path, t, body).await;
@@ -123,7 +143,8 @@ async fn out_of_descriptors_answers_503_and_recovers() {
     let mut answer = (0, String::new());
     let mut spawned = 0;
     for i in 0..40 {
-        let (status, _, resp) = raw(&shim.addr, "PUT", &format!("/v1/processes/s{i}"), t, &body).await;
+        let (status, _, resp) =
+            raw(&shim.addr, "PUT", &format!("/v1/processes/s{i}"), t, &body).await;
         if status != 201 {
             answer = (status, error_code(&resp));
             break;
@@ -131,7 +152,11 @@ async fn out_of_descriptors_answers_503_and_recovers() {
         spawned += 1;
     }
     eprintln!("out of descriptors after {spawned} spawns: {answer:?}");
-    assert_eq!(answer, (503, "unavailable".to_owned()), "after {spawned} spawns");
+    assert_eq!(
+        answer,
+        (503, "unavailable".to_owned()),
+        "after {spawned} spawns"
+    );
     for i in 0..spawned {
         shim.client.delete(&format!("s{i}"), true).await.unwrap();
     }
@@ -151,13 +176,18 @@ async fn a_fifo_as_etc_passwd_does_not_hang_the_shim() {
             .success()
     );
     // A private mount namespace where /etc/passwd is the FIFO (nobody ever writes to it).
-    let script = format!(
-        "mount --bind {} /etc/passwd && exec \"$0\"",
-        fifo.display()
-    );
+    let script = format!("mount --bind {} /etc/passwd && exec \"$0\"", fifo.display());
     let shim = Shim::start_with(
         &[],
-        Some(&["unshare", "--mount", "--propagation", "private", "sh", "-c", &script]),
+        Some(&[
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+        ]),
     );
     let started = Instant::now();
     let spec = SpawnRequest {
@@ -199,5 +229,9 @@ async fn a_same_uid_step_cannot_read_the_shim_and_children_are_oom_first() {
     assert!(err.contains("Permission denied"), "{err}");
     assert_ne!(ran.exit, Some(Exit::code(0)));
     let adj = std::fs::read_to_string(format!("/proc/{}/oom_score_adj", shim.child.id())).unwrap();
-    assert_ne!(adj.trim(), "1000", "the shim itself must stay below its children");
+    assert_ne!(
+        adj.trim(),
+        "1000",
+        "the shim itself must stay below its children"
+    );
 }

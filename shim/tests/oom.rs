@@ -18,7 +18,9 @@ fn own_memory_cgroup() -> Option<PathBuf> {
     let rel = own.lines().find_map(|l| {
         let mut f = l.splitn(3, ':');
         let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
-        ctl.split(',').any(|c| c == "memory").then(|| path.to_owned())
+        ctl.split(',')
+            .any(|c| c == "memory")
+            .then(|| path.to_owned())
     })?;
     let dir = PathBuf::from("/sys/fs/cgroup/memory").join(rel.trim_start_matches('/'));
     dir.join("memory.oom_control").exists().then_some(dir)
@@ -52,7 +54,10 @@ async fn an_oom_kill_is_the_steps_death_and_is_reported() {
     let mut shim = Shim::start_with(&[], Some(&["sh", "-c", &join]));
 
     shim.client
-        .spawn("stream", &sh("i=0; while [ $i -lt 600 ]; do echo tick $i; i=$((i+1)); sleep 0.05; done"))
+        .spawn(
+            "stream",
+            &sh("i=0; while [ $i -lt 600 ]; do echo tick $i; i=$((i+1)); sleep 0.05; done"),
+        )
         .await
         .unwrap();
     // Doubles a shell string until the kernel kills it.
@@ -85,7 +90,11 @@ async fn an_oom_kill_is_the_steps_death_and_is_reported() {
     let killed = shim.client.signal("stream", "KILL").await.unwrap();
     assert_eq!(killed.id, "stream");
     let p = shim.client.wait("stream", 10).await.unwrap();
-    assert_eq!(p.exit.unwrap().reason, None, "a plain SIGKILL is no OOM kill");
+    assert_eq!(
+        p.exit.unwrap().reason,
+        None,
+        "a plain SIGKILL is no OOM kill"
+    );
     let status = shim.terminate();
     assert!(status.success());
     eventually(Duration::from_secs(5), "the cgroup to empty", || {

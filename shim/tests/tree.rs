@@ -58,13 +58,20 @@ async fn forced_delete_kills_the_group_and_setsid_children_after_the_leader_exit
     shim.client.delete("plain", false).await.unwrap();
     assert!(alive(plain[0]));
     shim.client.delete("bg", true).await.unwrap();
-    eventually(Duration::from_secs(5), "every process bg left behind to die", || {
-        left.iter().all(|&p| !alive(p))
-    })
+    eventually(
+        Duration::from_secs(5),
+        "every process bg left behind to die",
+        || left.iter().all(|&p| !alive(p)),
+    )
     .await;
     assert!(shim.client.get("bg").await.is_err());
-    assert!(alive(plain[0]), "a forced delete of bg must not touch plain's children");
-    let _ = std::process::Command::new("kill").arg(plain[0].to_string()).status();
+    assert!(
+        alive(plain[0]),
+        "a forced delete of bg must not touch plain's children"
+    );
+    let _ = std::process::Command::new("kill")
+        .arg(plain[0].to_string())
+        .status();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,9 +80,11 @@ async fn signal_reaches_the_group_while_members_live() {
     let left = leave_behind(&shim, "bg", "sleep 33 >/dev/null 2>&1 & echo $!; exit 0").await;
     let p = shim.client.signal("bg", "TERM").await.unwrap();
     assert_eq!(p.state, State::Exited);
-    eventually(Duration::from_secs(5), "the background sleep to die of TERM", || {
-        !alive(left[0])
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the background sleep to die of TERM",
+        || !alive(left[0]),
+    )
     .await;
     // Nobody is left in the group: the process is not running any more.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -155,11 +164,14 @@ async fn a_reused_pid_never_gets_an_orphans_exit() {
         let id = format!("reuser{round}");
         let (p, _) = shim
             .client
-            .spawn(&id, &protocol::SpawnRequest {
-                path: "/bin/sleep".into(),
-                args: vec!["8".into()],
-                ..Default::default()
-            })
+            .spawn(
+                &id,
+                &protocol::SpawnRequest {
+                    path: "/bin/sleep".into(),
+                    args: vec!["8".into()],
+                    ..Default::default()
+                },
+            )
             .await
             .unwrap();
         if p.pid != orphan {
@@ -173,5 +185,8 @@ async fn a_reused_pid_never_gets_an_orphans_exit() {
         let p = shim.client.wait(&id, 10).await.unwrap();
         assert_eq!(p.exit, Some(Exit::signal(15)));
     }
-    assert!(proved > 0, "the pid was never reused; the test proved nothing");
+    assert!(
+        proved > 0,
+        "the pid was never reused; the test proved nothing"
+    );
 }

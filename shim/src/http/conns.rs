@@ -104,7 +104,10 @@ mod tests {
             assert!(evicted.as_mut().enable());
         }
         c.slot.authed.store(true, Ordering::Release);
-        assert!(conns.admit().is_none(), "all authenticated: the newcomer is refused");
+        assert!(
+            conns.admit().is_none(),
+            "all authenticated: the newcomer is refused"
+        );
         drop(a);
         assert!(conns.admit().is_some());
         drop(b);

@@ -38,10 +38,9 @@ pub async fn process(
             // forked child unrecorded.
             let table = app.table.clone();
             let owned_id = id.to_owned();
-            let (proc, created) =
-                tokio::spawn(async move { table.spawn(&owned_id, spec).await })
-                    .await
-                    .map_err(|e| Error::internal("spawning", std::io::Error::other(e)))??;
+            let (proc, created) = tokio::spawn(async move { table.spawn(&owned_id, spec).await })
+                .await
+                .map_err(|e| Error::internal("spawning", std::io::Error::other(e)))??;
             let status = if created {
                 StatusCode::CREATED
             } else {
