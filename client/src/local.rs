@@ -127,6 +127,13 @@ impl Launch {
         let token = random_token();
         let dir = std::env::temp_dir().join(format!("stepshim-local-{}", random_token()));
         std::fs::create_dir(&dir).map_err(LaunchError::ReadyFile)?;
+        if !self.wrapper.is_empty() {
+            // A wrapper may drop privileges (setpriv, su): the shim must still write its ready
+            // file. Without one, only this user can create it, so nobody else can plant a fake.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+                .map_err(LaunchError::ReadyFile)?;
+        }
         let ready = dir.join("ready");
         let mut cmd = match self.wrapper.split_first() {
             Some((first, rest)) => {

@@ -16,6 +16,7 @@ import (
 const (
 	CodeBadRequest         = "bad_request"
 	CodeInvalidJSON        = "invalid_json"
+	CodeInvalidSpec        = "invalid_spec"
 	CodeInvalidID          = "invalid_id"
 	CodeInvalidOffset      = "invalid_offset"
 	CodeInvalidSignal      = "invalid_signal"

@@ -48,6 +48,8 @@ type Exit struct {
 	Signal *int `json:"signal"`
 	// Status is Code, or 128 + Signal.
 	Status int `json:"status"`
+	// Reason is a cause the status does not tell, when the shim knows one: "oom_kill".
+	Reason string `json:"reason,omitempty"`
 }
 
 // Process states.

@@ -45,7 +45,7 @@ func TestWireEdges(t *testing.T) {
 	for _, body := range []string{`{"path":"tr\u0000ue"}`, `{"path":"true","args":["a\u0000"]}`,
 		`{"path":"true","env":["A=\u0000"]}`, `{"path":"true","dir":"/tmp/\u0000"}`} {
 		_, e := do("PUT", "/v1/processes/x", body)
-		if e.Status != 400 || e.Code != shim.CodeInvalidJSON {
+		if e.Status != 400 || e.Code != shim.CodeInvalidSpec {
 			t.Errorf("NUL in %s: %+v", body, e)
 		}
 		if _, e := do("GET", "/v1/processes/x", ""); e.Status != 404 {

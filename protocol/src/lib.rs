@@ -11,8 +11,10 @@
 //! - [`settings`]: `STEPSHIM_*` names, the port and the probe path.
 //! - [`token`]: the token hash a shim is configured with.
 //! - [`signal`]: signal names and numbers accepted by the signal route.
+//! - `object`: request bodies deserialize from JSON objects only, never arrays.
 
 pub mod frame;
+mod object;
 pub mod query;
 pub mod routes;
 pub mod settings;

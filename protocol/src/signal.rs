@@ -45,7 +45,7 @@ pub const MAX_SIGNAL: i32 = 64;
 /// The signal number for a name (`TERM`, `SIGTERM`, `term`) or number (1..=64), or `None`.
 pub fn parse(spec: &SignalSpec) -> Option<i32> {
     match spec {
-        SignalSpec::Number(n) => (1..=MAX_SIGNAL).contains(n).then_some(*n),
+        SignalSpec::Number(n) => (1..=i64::from(MAX_SIGNAL)).contains(n).then_some(*n as i32),
         SignalSpec::Name(name) => {
             let upper = name.trim().to_ascii_uppercase();
             let bare = upper.strip_prefix("SIG").unwrap_or(&upper);

@@ -5,9 +5,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::object::object_only;
+
 /// Size of a terminal, in character cells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct TtySize {
     /// Columns.
     pub cols: u16,
@@ -18,7 +20,7 @@ pub struct TtySize {
 /// Body of `PUT /v1/processes/{id}`: what to run. Two spawns with the same id are the same request
 /// (idempotent) exactly when their specs are equal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct SpawnRequest {
     /// The executable. With a `/` it is used as is; without one it is looked up in the `PATH` of the
     /// process's environment. It is also argv[0].
@@ -63,6 +65,18 @@ pub struct Exit {
     pub signal: Option<i32>,
     /// The shell's view: `code`, or 128 + `signal`.
     pub status: i32,
+    /// Why the process ended, when the shim knows more than the status says (an OOM kill).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<ExitReason>,
+}
+
+/// A cause of death the shim could establish beyond the status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitReason {
+    /// The kernel's out-of-memory killer sent the `SIGKILL` (the container's memory cgroup counted an
+    /// OOM kill when the process was reaped).
+    OomKill,
 }
 
 impl Exit {
@@ -72,6 +86,7 @@ impl Exit {
             code: Some(code),
             signal: None,
             status: code,
+            reason: None,
         }
     }
 
@@ -81,6 +96,7 @@ impl Exit {
             code: None,
             signal: Some(sig),
             status: 128 + sig,
+            reason: None,
         }
     }
 }
@@ -140,20 +156,62 @@ pub struct StdinAck {
 
 /// Body of `POST /v1/processes/{id}/signal`: `"TERM"`, `"SIGTERM"`, `"term"` or `15`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct SignalRequest {
     /// The signal.
     pub signal: SignalSpec,
 }
 
-/// A signal by name or number.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+object_only!(TtySize);
+object_only!(SpawnRequest);
+object_only!(SignalRequest);
+
+/// A signal by name or number. Any JSON number parses (one out of range, fractional or beyond 64
+/// bits becomes [`SignalSpec::OUT_OF_RANGE`]), so a bad number is an unknown signal, not bad JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum SignalSpec {
-    /// Number, 1 to 64.
-    Number(i32),
+    /// Number, valid from 1 to 64.
+    Number(i64),
     /// Name, with or without `SIG`, any case.
     Name(String),
+}
+
+impl SignalSpec {
+    /// What a number that is no valid signal (negative, fractional, huge) is read as.
+    pub const OUT_OF_RANGE: i64 = i64::MAX;
+}
+
+impl<'de> Deserialize<'de> for SignalSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Spec;
+        impl serde::de::Visitor<'_> for Spec {
+            type Value = SignalSpec;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a signal name or number")
+            }
+
+            fn visit_i64<E>(self, n: i64) -> Result<SignalSpec, E> {
+                Ok(SignalSpec::Number(n))
+            }
+
+            fn visit_u64<E>(self, n: u64) -> Result<SignalSpec, E> {
+                Ok(SignalSpec::Number(
+                    i64::try_from(n).unwrap_or(SignalSpec::OUT_OF_RANGE),
+                ))
+            }
+
+            fn visit_f64<E>(self, _: f64) -> Result<SignalSpec, E> {
+                Ok(SignalSpec::Number(SignalSpec::OUT_OF_RANGE))
+            }
+
+            fn visit_str<E>(self, s: &str) -> Result<SignalSpec, E> {
+                Ok(SignalSpec::Name(s.to_owned()))
+            }
+        }
+        d.deserialize_any(Spec)
+    }
 }
 
 /// Body of `POST /v1/processes/{id}/resize`.
@@ -182,6 +240,9 @@ pub enum ErrorCode {
     BadRequest,
     /// 400: the body is not valid JSON for this route.
     InvalidJson,
+    /// 400: a spawn spec that is valid JSON but unusable as given (a NUL byte, an env entry that is
+    /// not `KEY=VALUE`).
+    InvalidSpec,
     /// 400: the process id does not match `[A-Za-z0-9._-]{1,128}`.
     InvalidId,
     /// 400: an output offset that is not a frame boundary or lies past the end of the log.
@@ -235,6 +296,7 @@ impl ErrorCode {
         match self {
             BadRequest => "bad_request",
             InvalidJson => "invalid_json",
+            InvalidSpec => "invalid_spec",
             InvalidId => "invalid_id",
             InvalidOffset => "invalid_offset",
             InvalidSignal => "invalid_signal",
@@ -264,8 +326,8 @@ impl ErrorCode {
     pub fn status(self) -> u16 {
         use ErrorCode::*;
         match self {
-            BadRequest | InvalidJson | InvalidId | InvalidOffset | InvalidSignal | InvalidPath
-            | InvalidTar => 400,
+            BadRequest | InvalidJson | InvalidSpec | InvalidId | InvalidOffset | InvalidSignal
+            | InvalidPath | InvalidTar => 400,
             Unauthorized => 401,
             NoRoute | ProcessNotFound | FileNotFound => 404,
             MethodNotAllowed => 405,

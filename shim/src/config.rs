@@ -26,6 +26,19 @@ pub struct Config {
     pub log_level: tracing::Level,
     /// Where to write the listen address once serving (`STEPSHIM_READY_FILE`).
     pub ready_file: Option<PathBuf>,
+    /// Processes remembered at once (running or exited and not deleted); spawns beyond answer 503.
+    pub max_processes: usize,
+    /// Bytes of a spawn spec's path, args, env, dir and user together; larger specs answer 413.
+    pub max_spec_bytes: usize,
+    /// Open connections at once; beyond it the oldest connection without a valid token is closed,
+    /// or, if every connection has presented one, the new connection is.
+    pub max_connections: usize,
+    /// Bytes of a request's line and headers together.
+    pub max_header_bytes: usize,
+    /// How long a connection may stay open without presenting a valid token.
+    pub auth_timeout: Duration,
+    /// `oom_score_adj` given to every process spawned (-1000 to 1000).
+    pub oom_score_adj: i32,
 }
 
 /// Why the configuration was refused.
@@ -46,7 +59,7 @@ pub enum ConfigError {
     },
     /// A flag the shim does not know.
     #[error(
-        "unknown argument {0:?} (flags: --listen --token-sha256 --token-sha256-file --insecure-no-auth --data-dir --grace-seconds --drain-seconds --memory-bytes --log --ready-file)"
+        "unknown argument {0:?} (flags: --listen --token-sha256 --token-sha256-file --insecure-no-auth --data-dir --grace-seconds --drain-seconds --memory-bytes --log --max-processes --max-spec-bytes --max-connections --max-header-bytes --auth-timeout-seconds --oom-score-adj --ready-file)"
     )]
     UnknownArgument(String),
     /// The token file could not be read.
@@ -71,6 +84,12 @@ const VARS: &[(&str, &str)] = &[
     ("--memory-bytes", "STEPSHIM_MEMORY_BYTES"),
     ("--log", "STEPSHIM_LOG"),
     ("--ready-file", "STEPSHIM_READY_FILE"),
+    ("--max-processes", "STEPSHIM_MAX_PROCESSES"),
+    ("--max-spec-bytes", "STEPSHIM_MAX_SPEC_BYTES"),
+    ("--max-connections", "STEPSHIM_MAX_CONNECTIONS"),
+    ("--max-header-bytes", "STEPSHIM_MAX_HEADER_BYTES"),
+    ("--auth-timeout-seconds", "STEPSHIM_AUTH_TIMEOUT_SECONDS"),
+    ("--oom-score-adj", "STEPSHIM_OOM_SCORE_ADJ"),
 ];
 
 impl Config {
@@ -163,7 +182,36 @@ impl Config {
                 });
             }
         };
+        let ranged =
+            |name: &'static str, default: i64, lo: i64, hi: i64| -> Result<i64, ConfigError> {
+                let v: i64 = get(name)
+                    .map(|s| parse(s, name))
+                    .transpose()?
+                    .unwrap_or(default);
+                if (lo..=hi).contains(&v) {
+                    Ok(v)
+                } else {
+                    Err(ConfigError::Invalid {
+                        name,
+                        reason: format!("must be {lo} to {hi}"),
+                    })
+                }
+            };
+        let auth_timeout = secs("STEPSHIM_AUTH_TIMEOUT_SECONDS", 5.0)?;
+        if auth_timeout.is_zero() {
+            return Err(ConfigError::Invalid {
+                name: "STEPSHIM_AUTH_TIMEOUT_SECONDS",
+                reason: "must be above 0".into(),
+            });
+        }
         Ok(Config {
+            max_processes: ranged("STEPSHIM_MAX_PROCESSES", 4096, 1, 1 << 20)? as usize,
+            max_spec_bytes: ranged("STEPSHIM_MAX_SPEC_BYTES", 256 << 10, 1024, 1 << 20)? as usize,
+            max_connections: ranged("STEPSHIM_MAX_CONNECTIONS", 1024, 4, 1 << 20)? as usize,
+            max_header_bytes: ranged("STEPSHIM_MAX_HEADER_BYTES", 16 << 10, 8 << 10, 1 << 20)?
+                as usize,
+            auth_timeout,
+            oom_score_adj: ranged("STEPSHIM_OOM_SCORE_ADJ", 1000, -1000, 1000)? as i32,
             listen,
             token_sha256,
             data_dir,
@@ -225,6 +273,25 @@ mod tests {
         assert_eq!(c.listen.to_string(), "0.0.0.0:7777");
         assert!(c.token_sha256.is_none());
         assert_eq!(c.grace, Duration::from_secs(10));
+        assert_eq!((c.max_processes, c.max_connections), (4096, 1024));
+        assert_eq!(
+            (c.max_spec_bytes, c.max_header_bytes),
+            (256 << 10, 16 << 10)
+        );
+        assert_eq!(
+            (c.auth_timeout, c.oom_score_adj),
+            (Duration::from_secs(5), 1000)
+        );
+        for (k, v) in [
+            ("STEPSHIM_MAX_PROCESSES", "0"),
+            ("STEPSHIM_MAX_HEADER_BYTES", "100"),
+            ("STEPSHIM_OOM_SCORE_ADJ", "1001"),
+            ("STEPSHIM_AUTH_TIMEOUT_SECONDS", "0"),
+            ("STEPSHIM_MAX_CONNECTIONS", "many"),
+        ] {
+            let bad = env(&[("STEPSHIM_INSECURE_NO_AUTH", "1"), (k, v)]);
+            assert!(Config::from_sources(bad, vec![]).is_err(), "{k}={v}");
+        }
     }
 
     #[test]

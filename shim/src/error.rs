@@ -91,6 +91,17 @@ pub enum Error {
     /// Shutting down, or out of a resource.
     #[error("{0}")]
     Unavailable(String),
+    /// A spawn spec that parsed but cannot be used as given (NUL bytes, malformed env entries).
+    #[error("invalid spawn spec: {0}")]
+    InvalidSpec(String),
+    /// A spawn spec's strings together are over `STEPSHIM_MAX_SPEC_BYTES`.
+    #[error("spawn spec of {size} bytes is over the limit of {limit}")]
+    SpecTooLarge {
+        /// Bytes of path, args, env, dir and user.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The shim failed; `context` says at what, the source stays in the shim's log.
     #[error("internal error: {context}")]
     Internal {
@@ -131,6 +142,8 @@ impl Error {
             Files(FilesError::InvalidTar(_)) => ErrorCode::InvalidTar,
             Files(FilesError::Io { .. }) => ErrorCode::Internal,
             Unavailable(_) => ErrorCode::Unavailable,
+            InvalidSpec(_) => ErrorCode::InvalidSpec,
+            SpecTooLarge { .. } => ErrorCode::BodyTooLarge,
             Internal { .. } => ErrorCode::Internal,
         }
     }
@@ -138,6 +151,17 @@ impl Error {
     /// The error body sent to the client.
     pub fn body(&self) -> protocol::ErrorBody {
         self.code().body(self.to_string())
+    }
+
+    /// An I/O failure: 503 `unavailable` when the shim is out of a resource it may get back
+    /// (descriptors, processes, memory), else internal.
+    pub fn io(context: &'static str, source: std::io::Error) -> Self {
+        match source.raw_os_error() {
+            Some(libc::EMFILE | libc::ENFILE | libc::EAGAIN | libc::ENOMEM) => {
+                Error::Unavailable(format!("{context}: out of resources ({source})"))
+            }
+            _ => Error::Internal { context, source },
+        }
     }
 
     /// An internal error with context.

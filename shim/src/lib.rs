@@ -7,6 +7,8 @@
 //! - [`sys`]: the only `unsafe` code: fork/exec, waitpid, pty, signals, limits.
 //! - [`reaper`]: the single `waitpid` loop, routing exits by pid to the table.
 //! - [`table`]: processes by id and pid; spawn, delete, shutdown.
+//! - [`tree`]: the process tree from `/proc`: descendants, and what an exited leader left behind.
+//! - [`oom`]: children's `oom_score_adj` and the memory cgroup's OOM kill counter.
 //! - [`spawn`]: a spawn request turned into a child (path, env, user, dir, pipes or pty).
 //! - [`proc`]: one process: spec, log, stdin, tty, exit.
 //! - [`pump`]: copies a process's output into its log, drains, writes the exit frame.
@@ -25,6 +27,7 @@ pub mod http;
 pub mod log;
 pub mod logging;
 pub mod metrics;
+pub mod oom;
 pub mod proc;
 pub mod pump;
 pub mod reaper;
@@ -32,6 +35,7 @@ pub mod spawn;
 pub mod stdin;
 pub mod sys;
 pub mod table;
+pub mod tree;
 pub mod user;
 
 use std::io::Read;
@@ -79,8 +83,13 @@ pub async fn run(
         data_dir: config.data_dir.clone(),
         drain: config.drain,
         base_env: base_env(),
+        max_processes: config.max_processes,
+        max_spec_bytes: config.max_spec_bytes,
+        oom_score_adj: config.oom_score_adj,
     };
-    let table = Arc::new(table::Table::new(settings, budget));
+    let oom = oom::OomCounter::locate(std::path::Path::new("/sys/fs/cgroup"));
+    info!(counter = ?oom.file(), "OOM kills counted from");
+    let table = Arc::new(table::Table::new(settings, budget, oom));
     let reaper = tokio::spawn(reaper::run(table.clone(), sigchld));
     let same_owner = sys::geteuid() == 0;
     let app = Arc::new(http::App::new(
@@ -88,6 +97,7 @@ pub async fn run(
         config.token_sha256,
         new_boot_id(),
         same_owner,
+        http::Limits::from(&config),
     ));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(http::serve(listener, app.clone(), async {
@@ -95,13 +105,11 @@ pub async fn run(
     }));
     shutdown.await;
     info!("shutdown requested");
-    app.begin_shutdown();
     table.shutdown(config.grace).await;
     // Give open output streams a moment to send their last frames.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
-    while app.metrics.open_streams() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    app.metrics
+        .streams_closed(tokio::time::Instant::now() + std::time::Duration::from_secs(1))
+        .await;
     let _ = stop_tx.send(());
     let _ = server.await;
     reaper.abort();

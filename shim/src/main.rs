@@ -11,7 +11,7 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("install") {
         return install(args.get(1).map(String::as_str));
     }
-    let config = match Config::from_sources(std::env::vars(), std::env::args().skip(1)) {
+    let mut config = match Config::from_sources(std::env::vars(), std::env::args().skip(1)) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("stepshim: {e}");
@@ -22,8 +22,24 @@ fn main() -> ExitCode {
     if let Err(e) = sys::set_child_subreaper() {
         tracing::warn!(cause = %e, "cannot become a child subreaper; orphans outside PID 1 go elsewhere");
     }
-    if let Err(e) = sys::raise_nofile_limit() {
-        tracing::warn!(cause = %e, "cannot raise the open-file limit");
+    if let Err(e) = sys::set_non_dumpable() {
+        tracing::warn!(cause = %e, "cannot mark the shim non-dumpable; a step of the same user could ptrace it");
+    }
+    match sys::raise_nofile_limit() {
+        // Connections may take at most half the descriptors; processes, pipes and spill files
+        // keep the rest, so a connection flood cannot starve a spawn.
+        Ok(limit) => {
+            let most = usize::try_from(limit / 2).unwrap_or(usize::MAX).max(4);
+            if config.max_connections > most {
+                tracing::warn!(
+                    configured = config.max_connections,
+                    used = most,
+                    "STEPSHIM_MAX_CONNECTIONS lowered to half the open-file limit"
+                );
+                config.max_connections = most;
+            }
+        }
+        Err(e) => tracing::warn!(cause = %e, "cannot raise the open-file limit"),
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -36,7 +52,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::bind(config.listen).await {
+        let listener = match listen(config.listen) {
             Ok(l) => l,
             Err(e) => {
                 eprintln!("stepshim: cannot listen on {}: {e}", config.listen);
@@ -89,6 +105,22 @@ fn announce(path: &std::path::Path, addr: &str) -> std::io::Result<()> {
     tmp.push(".tmp");
     std::fs::write(&tmp, format!("{addr}\n"))?;
     std::fs::rename(&tmp, path)
+}
+
+/// Listen backlog: room for a burst of connections beyond the connection cap, so a health probe
+/// arriving during a flood waits in the queue instead of having its SYN dropped (a 1 s retransmit).
+/// The kernel caps it at `net.core.somaxconn`.
+const BACKLOG: u32 = 8192;
+
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
 }
 
 /// `stepshim install DEST`: copies this binary to DEST, executable. An init container runs it from the

@@ -12,6 +12,8 @@ use crate::table::Table;
 pub struct Metrics {
     requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
     streams: AtomicI64,
+    /// Woken when the last open stream closes.
+    streams_closed: tokio::sync::Notify,
     /// Output requests that started past offset 0.
     pub resumes: AtomicU64,
 }
@@ -22,7 +24,9 @@ pub struct StreamGuard<'a>(&'a Metrics);
 
 impl Drop for StreamGuard<'_> {
     fn drop(&mut self) {
-        self.0.streams.fetch_sub(1, Ordering::Relaxed);
+        if self.0.streams.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.streams_closed.notify_waiters();
+        }
     }
 }
 
@@ -39,13 +43,28 @@ impl Metrics {
 
     /// Marks an output stream open for the guard's lifetime.
     pub fn stream(&self) -> StreamGuard<'_> {
-        self.streams.fetch_add(1, Ordering::Relaxed);
+        self.streams.fetch_add(1, Ordering::AcqRel);
         StreamGuard(self)
     }
 
     /// Output streams open now.
     pub fn open_streams(&self) -> i64 {
-        self.streams.load(Ordering::Relaxed)
+        self.streams.load(Ordering::Acquire)
+    }
+
+    /// Waits until no output stream is open, or `deadline`.
+    pub async fn streams_closed(&self, deadline: tokio::time::Instant) {
+        loop {
+            let closed = self.streams_closed.notified();
+            tokio::pin!(closed);
+            closed.as_mut().enable();
+            if self.open_streams() <= 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, closed).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// The Prometheus text exposition.

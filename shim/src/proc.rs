@@ -5,17 +5,26 @@
 //! `exited` always means the log is complete.
 
 use std::os::fd::OwnedFd;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use protocol::{Exit, FrameType, SpawnRequest, State};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::clock::rfc3339;
 use crate::error::Error;
 use crate::log::OutputLog;
 use crate::stdin::Stdin;
+
+/// What a process reports to its table.
+#[derive(Debug)]
+pub struct Links {
+    /// The table's change counter, bumped when the exit frame is written.
+    pub events: Arc<watch::Sender<u64>>,
+    /// The memory cgroup's OOM kill count when the process started, if readable.
+    pub oom_kills_at_start: Option<u64>,
+}
 
 /// A started process.
 #[derive(Debug)]
@@ -40,6 +49,10 @@ pub struct Proc {
     reaped_tx: Mutex<Option<oneshot::Sender<Exit>>>,
     /// The reaper has collected the pid: it may belong to another process now, never signal it.
     reaped: AtomicBool,
+    /// The table's change counter, bumped when the exit frame is written.
+    events: Arc<watch::Sender<u64>>,
+    /// The memory cgroup's OOM kill count when the process started, if readable.
+    pub oom_kills_at_start: Option<u64>,
 }
 
 impl Proc {
@@ -51,6 +64,7 @@ impl Proc {
         log: OutputLog,
         stdin: Option<Stdin>,
         tty: Option<OwnedFd>,
+        links: Links,
     ) -> (Self, oneshot::Receiver<Exit>) {
         let (tx, rx) = oneshot::channel();
         let proc = Proc {
@@ -64,6 +78,8 @@ impl Proc {
             exit: Mutex::new(None),
             reaped_tx: Mutex::new(Some(tx)),
             reaped: AtomicBool::new(false),
+            events: links.events,
+            oom_kills_at_start: links.oom_kills_at_start,
         };
         (proc, rx)
     }
@@ -85,7 +101,9 @@ impl Proc {
     pub fn finish(&self, exit: Exit) -> std::io::Result<()> {
         *self.exit.lock().unwrap_or_else(|e| e.into_inner()) = Some((exit, SystemTime::now()));
         let json = serde_json::to_vec(&exit).map_err(std::io::Error::other)?;
-        self.log.append(FrameType::Exit, &json)
+        let appended = self.log.append(FrameType::Exit, &json);
+        self.events.send_modify(|n| *n = n.wrapping_add(1));
+        appended
     }
 
     /// Whether the exit frame is not yet written.
@@ -125,10 +143,19 @@ impl Proc {
         let _ = tokio::time::timeout(timeout, rx.wait_for(|s| s.complete || s.freed)).await;
     }
 
-    /// Sends `sig` to the process group, unless the process has been reaped.
+    /// Sends `sig` to the process group. Once the leader is reaped, the signal still goes to the
+    /// group while members of it live (`sleep 33 & exit 0`), and answers `not_running` when none
+    /// is left (see [`crate::tree`] on why the reaped pid cannot name a newcomer's group then).
     pub fn signal(&self, sig: i32) -> Result<(), Error> {
-        if self.reaped.load(Ordering::Acquire) || !self.is_running() {
-            return Err(Error::NotRunning(self.id.clone()));
+        let reaped = self.reaped.load(Ordering::Acquire);
+        if reaped {
+            let all = crate::tree::scan();
+            let group_lives = crate::tree::left_behind(&all, self.pid, true)
+                .iter()
+                .any(|e| e.pgid == self.pid);
+            if !group_lives {
+                return Err(Error::NotRunning(self.id.clone()));
+            }
         }
         match crate::sys::kill_group(self.pid, sig) {
             Ok(()) => Ok(()),
@@ -138,6 +165,26 @@ impl Proc {
             }
             Err(e) => Err(Error::internal("signalling the process group", e)),
         }
+    }
+
+    /// `SIGKILL` to everything the process started that `/proc` can attribute to it: its group
+    /// (while the leader lives, or after, as long as members do), its session's other groups, and
+    /// their descendants, including children that called `setsid`. Returns how many processes
+    /// were signalled one by one beyond the group.
+    pub fn kill_tree(&self) -> usize {
+        let reaped = self.reaped.load(Ordering::Acquire);
+        if !reaped {
+            let _ = crate::sys::kill_group(self.pid, libc::SIGKILL);
+        }
+        let all = crate::tree::scan();
+        let left = crate::tree::left_behind(&all, self.pid, reaped);
+        if reaped && left.iter().any(|e| e.pgid == self.pid) {
+            let _ = crate::sys::kill_group(self.pid, libc::SIGKILL);
+        }
+        left.iter()
+            .filter(|e| e.pgid != self.pid)
+            .filter(|e| crate::sys::kill_pid(e.pid, libc::SIGKILL).is_ok())
+            .count()
     }
 
     /// Resizes the terminal.

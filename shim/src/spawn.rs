@@ -16,7 +16,7 @@ use tokio::io::unix::AsyncFd;
 use crate::error::Error;
 use crate::pump::Sources;
 use crate::stdin::Stdin;
-use crate::sys::{self, ChildStdio, Exec, Stage};
+use crate::sys::{self, ChildStdio, Exec, Forked, Stage};
 
 /// Buffer asked for a process's stdout pipe.
 const PIPE_SIZE: usize = 1 << 20;
@@ -53,7 +53,7 @@ impl From<Error> for Failed {
 }
 
 fn cstring(s: &str, what: &str) -> Result<CString, Error> {
-    CString::new(s).map_err(|_| Error::InvalidJson(format!("{what} contains a NUL byte")))
+    CString::new(s).map_err(|_| Error::InvalidSpec(format!("{what} contains a NUL byte")))
 }
 
 /// The environment of a process: `base` overlaid with the request's `K=V` entries, later ones winning.
@@ -71,7 +71,7 @@ pub fn environment(
         let (k, v) = entry
             .split_once('=')
             .filter(|(k, _)| !k.is_empty())
-            .ok_or_else(|| Error::InvalidJson(format!("env entry {entry:?} is not KEY=VALUE")))?;
+            .ok_or_else(|| Error::InvalidSpec(format!("env entry {entry:?} is not KEY=VALUE")))?;
         match index.get(k) {
             Some(&i) => env[i].1 = v.to_owned(),
             None => {
@@ -109,8 +109,53 @@ pub fn resolve_executable(path: &str, env: &[(String, String)]) -> Result<PathBu
         .ok_or_else(|| not_found(io::Error::from_raw_os_error(libc::ENOENT)))
 }
 
-/// Starts the process described by `spec` with the shim's `base_env`.
-pub async fn start(spec: &SpawnRequest, base_env: &[(String, String)]) -> Result<Started, Failed> {
+/// Bytes of a spec's strings: what remembering the process costs beyond its output.
+pub fn spec_bytes(spec: &SpawnRequest) -> usize {
+    spec.path.len()
+        + spec
+            .args
+            .iter()
+            .chain(&spec.env)
+            .map(String::len)
+            .sum::<usize>()
+        + spec.dir.as_ref().map_or(0, String::len)
+        + spec.user.as_ref().map_or(0, String::len)
+}
+
+/// Looks up the user and creates the directory on a blocking thread: both touch files a step can
+/// plant (a FIFO as `/etc/passwd`, a directory on a hung mount), which must not stall the runtime.
+async fn prepare(spec: &SpawnRequest) -> Result<Option<sys::Credentials>, Error> {
+    let user = spec.user.clone();
+    let dir = spec.dir.clone();
+    let work = move || -> Result<_, Error> {
+        let creds = match &user {
+            Some(u) => Some(crate::user::resolve(u, Path::new("/")).map_err(Error::InvalidSpawn)?),
+            None => None,
+        };
+        if let Some(dir) = &dir {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                Error::InvalidSpawn(format!("cannot create working directory {dir:?}: {e}"))
+            })?;
+        }
+        Ok(creds)
+    };
+    if spec.user.is_none() && spec.dir.is_none() {
+        return Ok(None);
+    }
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Error::internal("preparing a spawn", io::Error::other(e)))?
+}
+
+/// Starts the process described by `spec` with the shim's `base_env`. `fork` forks and execs
+/// (the table wraps [`sys::fork_exec`] to record the pid under its lock); the child's
+/// `oom_score_adj` is set to `oom_score_adj` right after.
+pub async fn start(
+    spec: &SpawnRequest,
+    base_env: &[(String, String)],
+    oom_score_adj: i32,
+    fork: impl FnOnce(&Exec) -> io::Result<Forked>,
+) -> Result<Started, Failed> {
     // Every string becomes a C string: refuse NULs before anything is looked up or created.
     let strings = [
         ("path", Some(&spec.path)),
@@ -119,20 +164,12 @@ pub async fn start(spec: &SpawnRequest, base_env: &[(String, String)]) -> Result
     ];
     for (what, s) in strings {
         if s.is_some_and(|s| s.contains('\0')) {
-            return Err(Error::InvalidJson(format!("{what} contains a NUL byte")).into());
+            return Err(Error::InvalidSpec(format!("{what} contains a NUL byte")).into());
         }
     }
     let env = environment(base_env, &spec.env)?;
     let exe = resolve_executable(&spec.path, &env)?;
-    let creds = match &spec.user {
-        Some(u) => Some(crate::user::resolve(u, Path::new("/")).map_err(Error::InvalidSpawn)?),
-        None => None,
-    };
-    if let Some(dir) = &spec.dir {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            Error::InvalidSpawn(format!("cannot create working directory {dir:?}: {e}"))
-        })?;
-    }
+    let creds = prepare(spec).await?;
     let mut argv = vec![cstring(&spec.path, "path")?];
     for a in &spec.args {
         argv.push(cstring(a, "args")?);
@@ -143,7 +180,7 @@ pub async fn start(spec: &SpawnRequest, base_env: &[(String, String)]) -> Result
         .collect::<Result<_, _>>()?;
     let exe_c = cstring(&exe.to_string_lossy(), "path")?;
     let dir = spec.dir.as_deref().map(|d| cstring(d, "dir")).transpose()?;
-    let io_err = |context| move |e| Error::internal(context, e);
+    let io_err = |context| move |e| Error::io(context, e);
 
     let (stdio, sources, stdin, tty) = match spec.tty {
         Some(size) => {
@@ -210,16 +247,17 @@ pub async fn start(spec: &SpawnRequest, base_env: &[(String, String)]) -> Result
         creds,
         stdio,
     };
-    let forked = sys::fork_exec(&exec).map_err(|e| match e.raw_os_error() {
-        Some(libc::EAGAIN) | Some(libc::ENOMEM) => Error::Unavailable(format!("cannot fork: {e}")),
-        _ => Error::internal("forking", e),
-    })?;
+    let forked = fork(&exec).map_err(|e| Error::io("forking", e))?;
     // The child has its copies; closing ours lets the pumps see EOF when the child's side closes.
     drop(exec);
     let pid = forked.pid;
+    // Raised at once, before the program can fork children that would inherit the old value. A
+    // shim that is not root cannot write it while the child is still non-dumpable (inherited from
+    // the shim until exec), so it tries again after the exec.
+    let adj_early = crate::oom::set_score_adj(pid, oom_score_adj).is_ok();
     let status = exec_status(forked.status_pipe).await.map_err(|e| Failed {
         pid: Some(pid),
-        error: Error::internal("reading the exec status", e),
+        error: Error::io("reading the exec status", e),
     })?;
     if let Some((stage, err)) = sys::decode_exec_status(&status) {
         let error = match stage {
@@ -252,6 +290,9 @@ pub async fn start(spec: &SpawnRequest, base_env: &[(String, String)]) -> Result
             pid: Some(pid),
             error,
         });
+    }
+    if !adj_early && let Err(e) = crate::oom::set_score_adj(pid, oom_score_adj) {
+        tracing::debug!(pid, cause = %e, "cannot set oom_score_adj");
     }
     Ok(Started {
         pid,

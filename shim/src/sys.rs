@@ -116,6 +116,16 @@ pub fn kill_group(pgid: i32, sig: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Sends `sig` to the single process `pid` (never a group: `pid` must be above 1).
+pub fn kill_pid(pid: i32, sig: i32) -> io::Result<()> {
+    if pid <= 1 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: kill has no memory effects; a positive pid addresses one process.
+    cvt(unsafe { libc::kill(pid, sig) })?;
+    Ok(())
+}
+
 /// How a reaped child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reaped {
@@ -159,6 +169,21 @@ pub fn set_child_subreaper() -> io::Result<()> {
     // SAFETY: prctl with integer arguments only.
     cvt(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) })?;
     Ok(())
+}
+
+/// Marks this process non-dumpable: no core dumps, and a process of the same uid (a step) can
+/// neither `ptrace` it nor read its memory through `/proc/<pid>/mem`. `execve` in a child resets
+/// the flag for the new program, so the step's own processes stay debuggable.
+pub fn set_non_dumpable() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    cvt(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) })?;
+    Ok(())
+}
+
+/// Whether this process is dumpable (`PR_GET_DUMPABLE`).
+pub fn is_dumpable() -> io::Result<bool> {
+    // SAFETY: prctl with integer arguments only.
+    Ok(cvt(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) })? != 0)
 }
 
 /// Raises the soft limit of open files to the hard limit (2,000 followed processes need several

@@ -5,10 +5,44 @@ use std::path::Path;
 
 use crate::sys::Credentials;
 
+/// Largest passwd or group file read; a bigger one is refused rather than read into memory.
+const MAX_FILE: u64 = 4 << 20;
+
+/// Reads a passwd or group file that a step may have replaced: opened without blocking (a FIFO
+/// would otherwise wait for a writer) and read only if it is a regular file of sane size. A
+/// missing file reads as empty, as it does for libc.
+fn read_db(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !meta.is_file() || meta.len() > MAX_FILE {
+        return Err(format!(
+            "{} is not a regular file under {MAX_FILE} bytes",
+            path.display()
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_FILE)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(text)
+}
+
 /// Resolves `spec` using the passwd and group files under `root` (normally `/`).
 pub fn resolve(spec: &str, root: &Path) -> Result<Credentials, String> {
-    let passwd = std::fs::read_to_string(root.join("etc/passwd")).unwrap_or_default();
-    let group = std::fs::read_to_string(root.join("etc/group")).unwrap_or_default();
+    let passwd = read_db(&root.join("etc/passwd"))?;
+    let group = read_db(&root.join("etc/group"))?;
     let (user_part, group_part) = match spec.split_once(':') {
         Some((u, g)) => (u, Some(g)),
         None => (spec, None),
@@ -91,6 +125,15 @@ mod tests {
         assert!(resolve("nobody-here", &root).is_err());
         assert!(resolve("ci:nogroup", &root).is_err());
         assert!(resolve(":1", &root).is_err());
+        // A FIFO planted as the group file is refused at once instead of blocking the reader.
+        std::fs::remove_file(root.join("etc/group")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(root.join("etc/group"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let err = resolve("ci", &root).unwrap_err();
+        assert!(err.contains("not a regular file"), "{err}");
         std::fs::remove_dir_all(root).ok();
     }
 }

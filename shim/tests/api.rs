@@ -90,14 +90,14 @@ async fn malformed_requests_get_clear_4xx_and_the_shim_keeps_serving() {
             "/v1/processes/a".into(),
             br#"{"path":"/bin/tr\u0000ue"}"#.to_vec(),
             400,
-            "invalid_json",
+            "invalid_spec",
         ),
         (
             "PUT",
             "/v1/processes/a".into(),
             br#"{"path":"/bin/true","env":["NOEQUALS"]}"#.to_vec(),
             400,
-            "invalid_json",
+            "invalid_spec",
         ),
         (
             "PUT",

@@ -26,14 +26,7 @@ async fn exit_codes_and_signal_deaths_are_reported() {
         assert!(p.exited_at.is_some());
     }
     let ran = run(&shim.client, "killed", &sh("kill -KILL $$")).await;
-    assert_eq!(
-        ran.exit,
-        Some(Exit {
-            code: None,
-            signal: Some(9),
-            status: 137
-        })
-    );
+    assert_eq!(ran.exit, Some(Exit::signal(9)));
     let ran = run(&shim.client, "segv", &sh("kill -SEGV $$")).await;
     assert_eq!(ran.exit.unwrap().status, 128 + 11);
 }

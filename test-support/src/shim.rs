@@ -85,6 +85,11 @@ impl Shim {
         self.local.url()
     }
 
+    /// The shim's pid (its wrapper's, when started under one).
+    pub fn pid(&self) -> u32 {
+        self.local.pid()
+    }
+
     /// The child process.
     pub fn child(&mut self) -> &mut Child {
         &mut self.local.child

@@ -1,7 +1,9 @@
-//! The HTTP side of the shim: accepts connections (TCP_NODELAY, header timeout), authenticates, routes
-//! each request to its handler, maps errors to the protocol's JSON bodies and counts requests.
+//! The HTTP side of the shim: accepts connections (TCP_NODELAY, under the connection cap, with a
+//! header size budget, a header timeout and an authentication deadline), authenticates, routes each
+//! request to its handler, maps errors to the protocol's JSON bodies and counts requests.
 
 mod body;
+mod conns;
 mod files;
 mod output;
 mod process;
@@ -25,8 +27,30 @@ use crate::metrics::Metrics;
 use crate::table::Table;
 pub use body::Body;
 
-/// Time a client has to send a request's headers; bounds slow-header connections.
+/// Time a client has to send a request's headers (and how long an authenticated connection may
+/// sit idle between requests).
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a connection may cost before it has authenticated, from the configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Connections open at once (see [`conns`]).
+    pub max_connections: usize,
+    /// Bytes of a request line and headers together.
+    pub max_header_bytes: usize,
+    /// How long a connection may stay open without a request that passed authentication.
+    pub auth_timeout: Duration,
+}
+
+impl From<&crate::Config> for Limits {
+    fn from(c: &crate::Config) -> Self {
+        Limits {
+            max_connections: c.max_connections,
+            max_header_bytes: c.max_header_bytes,
+            auth_timeout: c.auth_timeout,
+        }
+    }
+}
 
 /// Shared state of the HTTP side.
 #[derive(Debug)]
@@ -41,7 +65,9 @@ pub struct App {
     pub boot_id: String,
     /// Whether extracted files keep their owners (the shim runs as root).
     pub same_owner: bool,
-    shutting_down: AtomicBool,
+    /// Connection limits.
+    pub limits: Limits,
+    conns: Arc<conns::Conns>,
 }
 
 impl App {
@@ -51,6 +77,7 @@ impl App {
         token_sha256: Option<[u8; 32]>,
         boot_id: String,
         same_owner: bool,
+        limits: Limits,
     ) -> Self {
         App {
             table,
@@ -58,19 +85,19 @@ impl App {
             metrics: Metrics::default(),
             boot_id,
             same_owner,
-            shutting_down: AtomicBool::new(false),
+            limits,
+            conns: conns::Conns::new(limits.max_connections),
         }
     }
 
-    /// From now on, `/healthz` answers 503 and spawns are refused.
-    pub fn begin_shutdown(&self) {
-        self.shutting_down.store(true, Ordering::Release);
-        self.table.close();
+    /// Whether shutdown has begun (the table is closed): `/healthz` answers 503, spawns are refused.
+    pub fn is_shutting_down(&self) -> bool {
+        self.table.is_closed()
     }
 
-    /// Whether shutdown has begun.
-    pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::Acquire)
+    /// Connections open now.
+    pub fn open_connections(&self) -> usize {
+        self.conns.len()
     }
 }
 
@@ -94,33 +121,74 @@ pub async fn serve(
             },
             _ = &mut stop => return,
         };
+        let Some(ticket) = app.conns.admit() else {
+            debug!(%peer, "connection cap reached with every connection authenticated: closed");
+            continue;
+        };
         if let Err(e) = stream.set_nodelay(true) {
             debug!(cause = %e, "set_nodelay");
         }
-        let app = app.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let app = app.clone();
-                async move { Ok::<_, Infallible>(handle(app, req).await) }
-            });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = conn.await {
-                debug!(%peer, cause = %e, "connection ended with an error");
-            }
-        });
+        tokio::spawn(connection(app.clone(), stream, peer, ticket));
     }
 }
 
+/// Serves one connection until it ends, is evicted, or has not authenticated in time.
+async fn connection(
+    app: Arc<App>,
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    ticket: conns::Ticket,
+) {
+    let slot = ticket.slot.clone();
+    let limits = app.limits;
+    let service = {
+        let slot = slot.clone();
+        service_fn(move |req| {
+            let app = app.clone();
+            let slot = slot.clone();
+            async move { Ok::<_, Infallible>(handle(app, req, &slot.authed).await) }
+        })
+    };
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_header_size(limits.max_header_bytes)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let auth_deadline = tokio::time::sleep(limits.auth_timeout);
+    tokio::pin!(auth_deadline);
+    let ended = tokio::select! {
+        r = &mut conn => r,
+        _ = slot.evict.notified() => {
+            debug!(%peer, "connection evicted at the connection cap");
+            Ok(())
+        }
+        _ = &mut auth_deadline, if !slot.authed.load(Ordering::Acquire) => {
+            if slot.authed.load(Ordering::Acquire) {
+                // Authenticated in the same instant: serve on.
+                tokio::select! {
+                    r = &mut conn => r,
+                    _ = slot.evict.notified() => Ok(()),
+                }
+            } else {
+                debug!(%peer, "connection closed: no valid token within the deadline");
+                Ok(())
+            }
+        }
+    };
+    if let Err(e) = ended {
+        debug!(%peer, cause = %e, "connection ended with an error");
+    }
+    drop(ticket);
+}
+
 /// Answers one request.
-pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+pub async fn handle(app: Arc<App>, req: Request<Incoming>, authed: &AtomicBool) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let route = Route::parse(&path);
     let label = route.as_ref().map_or("unknown", Route::label);
     let has_body = !http_body::Body::is_end_stream(req.body());
-    let mut response = match dispatch(&app, route, req).await {
+    let mut response = match dispatch(&app, route, req, authed).await {
         Ok(r) => r,
         Err(e) => {
             if let Error::Internal { context, source } = &e {
@@ -145,9 +213,16 @@ async fn dispatch(
     app: &Arc<App>,
     route: Result<Route<'_>, RouteError>,
     req: Request<Incoming>,
+    authed: &AtomicBool,
 ) -> Result<Response<Body>, Error> {
     if matches!(route, Ok(Route::Healthz)) {
-        return Ok(healthz(app));
+        // The one open route, and only for GET: every other method is refused the same way
+        // with or without a token.
+        return if req.method() == Method::GET {
+            Ok(healthz(app))
+        } else {
+            Err(Error::MethodNotAllowed("GET"))
+        };
     }
     if let Some(want) = &app.token_sha256 {
         let header = req
@@ -158,6 +233,7 @@ async fn dispatch(
             return Err(Error::Unauthorized);
         }
     }
+    authed.store(true, Ordering::Release);
     let route = match route {
         Ok(r) => r,
         Err(RouteError::InvalidId) => return Err(Error::InvalidId),
@@ -173,7 +249,7 @@ async fn dispatch(
         }
     };
     match route {
-        Route::Healthz => Ok(healthz(app)),
+        Route::Healthz => Err(Error::MethodNotAllowed("GET")),
         Route::Info => {
             only(Method::GET, "GET")?;
             let info = protocol::Info {

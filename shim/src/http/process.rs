@@ -34,7 +34,13 @@ pub async fn process(
                 return Err(Error::Unavailable("the shim is shutting down".into()));
             }
             let spec: SpawnRequest = read_json(req.into_body()).await?;
-            let (proc, created) = app.table.spawn(id, spec).await?;
+            // The spawn runs as its own task: a client that hangs up mid-spawn must not leave a
+            // forked child unrecorded.
+            let table = app.table.clone();
+            let owned_id = id.to_owned();
+            let (proc, created) = tokio::spawn(async move { table.spawn(&owned_id, spec).await })
+                .await
+                .map_err(|e| Error::internal("spawning", std::io::Error::other(e)))??;
             let status = if created {
                 StatusCode::CREATED
             } else {
