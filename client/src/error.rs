@@ -1,19 +1,29 @@
 //! Errors of the shim client.
 
+use protocol::ErrorCode;
 use thiserror::Error;
 
 /// What a call to a shim can fail with.
 #[derive(Debug, Error)]
 pub enum ClientError {
     /// The shim answered with a protocol error.
-    #[error("shim answered {status} {code}: {message}")]
+    #[error("shim answered {status} {wire_code}: {message}")]
     Api {
         /// HTTP status.
         status: u16,
-        /// Protocol error code (`process_not_found`, ...).
-        code: String,
+        /// The protocol error code; `None` for a code this client does not know (or no JSON body).
+        code: Option<ErrorCode>,
+        /// The code as sent, known or not.
+        wire_code: String,
         /// The shim's message.
         message: String,
+    },
+    /// An output stream ended before the exit frame, again and again (the process was deleted, or
+    /// the shim is stopping).
+    #[error("output of {id:?} ended before its exit frame")]
+    StreamEnded {
+        /// The process.
+        id: String,
     },
     /// The base URL is unusable.
     #[error("invalid shim URL {0:?}")]
@@ -43,10 +53,10 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// The protocol error code, for API errors.
-    pub fn code(&self) -> Option<&str> {
+    /// The protocol error code, for API errors with a code this client knows.
+    pub fn code(&self) -> Option<ErrorCode> {
         match self {
-            ClientError::Api { code, .. } => Some(code),
+            ClientError::Api { code, .. } => *code,
             _ => None,
         }
     }

@@ -309,12 +309,14 @@ async fn api_error(resp: http::Response<hyper::body::Incoming>) -> ClientError {
     match serde_json::from_slice::<protocol::ErrorBody>(&body) {
         Ok(e) => ClientError::Api {
             status,
-            code: e.error.code,
+            code: protocol::ErrorCode::parse(&e.error.code),
+            wire_code: e.error.code,
             message: e.error.message,
         },
         Err(_) => ClientError::Api {
             status,
-            code: String::new(),
+            code: None,
+            wire_code: String::new(),
             message: String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned(),
         },
     }

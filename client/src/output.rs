@@ -113,11 +113,7 @@ impl ShimClient {
                     // Ended without an exit frame: the process was deleted, or the shim is stopping.
                     failures += 1;
                     if failures > max_retries {
-                        return Err(ClientError::Api {
-                            status: 410,
-                            code: "stream_ended".into(),
-                            message: format!("output of {id:?} ended before its exit frame"),
-                        });
+                        return Err(ClientError::StreamEnded { id: id.to_owned() });
                     }
                 }
                 Err(e) if e.is_transient() || matches!(e, ClientError::Frame(_)) => {

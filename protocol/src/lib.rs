@@ -5,7 +5,8 @@
 //! # Layout
 //! - [`frame`]: the 8-byte-header frame format of a process's output log, an encoder and an incremental
 //!   decoder that tracks the resume offset.
-//! - [`types`]: JSON request and response bodies (spawn spec, process status, exit, info, errors).
+//! - [`types`]: JSON request and response bodies (spawn spec, process status, exit, info).
+//! - [`error`]: error bodies and the error codes with their HTTP statuses.
 //! - [`routes`]: route paths, query string parsing and the process id syntax.
 //! - [`query`]: query parameter names.
 //! - [`settings`]: `STEPSHIM_*` names, the port and the probe path.
@@ -13,6 +14,7 @@
 //! - [`signal`]: signal names and numbers accepted by the signal route.
 //! - `object`: request bodies deserialize from JSON objects only, never arrays.
 
+pub mod error;
 pub mod frame;
 mod object;
 pub mod query;
@@ -25,5 +27,6 @@ pub mod types;
 /// The protocol version this crate implements, reported by `GET /v1/info`.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use frame::{Decoder, Frame, FrameError, FrameHeader, FrameType, HEADER_LEN};
 pub use types::*;

@@ -48,7 +48,10 @@ async fn every_route_but_healthz_needs_the_token() {
     );
     assert!(shim.client.get("x").await.is_err());
     let wrong = ShimClient::new(&shim.url(), Some("nope".into())).unwrap();
-    assert_eq!(wrong.info().await.unwrap_err().code(), Some("unauthorized"));
+    assert_eq!(
+        wrong.info().await.unwrap_err().code(),
+        Some(protocol::ErrorCode::Unauthorized)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

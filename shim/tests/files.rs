@@ -85,7 +85,7 @@ async fn tree_round_trips_and_escapes_are_refused() {
         .files_in_bytes(target.to_str().unwrap(), Bytes::from_static(b"garbage"))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some("invalid_tar"));
+    assert_eq!(err.code(), Some(protocol::ErrorCode::InvalidTar));
     for d in [
         src,
         dst.parent().unwrap().parent().unwrap().to_path_buf(),

@@ -98,12 +98,12 @@ async fn remembered_processes_and_spec_sizes_are_capped() {
         ..Default::default()
     };
     let e = shim.client.spawn("big", &big).await.unwrap_err();
-    assert_eq!(e.code(), Some("body_too_large"), "{e}");
+    assert_eq!(e.code(), Some(protocol::ErrorCode::BodyTooLarge), "{e}");
     for i in 0..3 {
         run(&shim.client, &format!("p{i}"), &sh("true")).await;
     }
     let e = shim.client.spawn("p3", &sh("true")).await.unwrap_err();
-    assert_eq!(e.code(), Some("unavailable"), "{e}");
+    assert_eq!(e.code(), Some(protocol::ErrorCode::Unavailable), "{e}");
     // A retry of a remembered id still answers; deleting one makes room.
     assert!(!shim.client.spawn("p0", &sh("true")).await.unwrap().1);
     shim.client.delete("p0", false).await.unwrap();
@@ -195,7 +195,7 @@ async fn a_fifo_as_etc_passwd_does_not_hang_the_shim() {
         ..sh("id -u")
     };
     let e = shim.client.spawn("u", &spec).await.unwrap_err();
-    assert_eq!(e.code(), Some("invalid_spawn"), "{e}");
+    assert_eq!(e.code(), Some(protocol::ErrorCode::InvalidSpawn), "{e}");
     assert!(started.elapsed() < Duration::from_secs(2));
     let (status, _, _) = raw(&shim.addr, "GET", "/healthz", None, b"").await;
     assert_eq!(status, 200);

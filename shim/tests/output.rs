@@ -143,7 +143,7 @@ async fn any_frame_offset_resumes_to_the_same_suffix_and_others_are_400() {
                 .output("frames", inside, false)
                 .await
                 .unwrap_err();
-            assert_eq!(err.code(), Some("invalid_offset"));
+            assert_eq!(err.code(), Some(protocol::ErrorCode::InvalidOffset));
         }
     }
     let err = shim
@@ -151,7 +151,7 @@ async fn any_frame_offset_resumes_to_the_same_suffix_and_others_are_400() {
         .output("frames", end + 8, false)
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some("invalid_offset"));
+    assert_eq!(err.code(), Some(protocol::ErrorCode::InvalidOffset));
     let mut d = Decoder::new(0);
     d.push(&whole);
     let mut last = None;

@@ -95,7 +95,7 @@ async fn spawn_is_idempotent_conflicts_are_409_and_missing_executables_422() {
         .spawn("same", &sh("echo other"))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some("spec_conflict"));
+    assert_eq!(err.code(), Some(protocol::ErrorCode::SpecConflict));
     let ran = follow(&shim.client, "same").await;
     assert_eq!(ran.stdout, b"once\n");
     // Same spec after exit is still the same process.
@@ -119,12 +119,16 @@ async fn spawn_is_idempotent_conflicts_are_409_and_missing_executables_422() {
             )
             .await
             .unwrap_err();
-        assert_eq!(err.code(), Some("executable_not_found"), "{path}: {err}");
+        assert_eq!(
+            err.code(),
+            Some(protocol::ErrorCode::ExecutableNotFound),
+            "{path}: {err}"
+        );
     }
     let err = shim.client.get("missing").await.unwrap_err();
     assert_eq!(
         err.code(),
-        Some("process_not_found"),
+        Some(protocol::ErrorCode::ProcessNotFound),
         "a failed spawn records nothing"
     );
     let bad_user = SpawnRequest {
@@ -133,7 +137,7 @@ async fn spawn_is_idempotent_conflicts_are_409_and_missing_executables_422() {
     };
     assert_eq!(
         shim.client.spawn("u", &bad_user).await.unwrap_err().code(),
-        Some("invalid_spawn")
+        Some(protocol::ErrorCode::InvalidSpawn)
     );
     // The id is free after a failed spawn.
     let ran = run(&shim.client, "missing", &sh("exit 4")).await;
@@ -196,14 +200,14 @@ async fn signals_reach_the_whole_process_group() {
     })
     .await;
     let err = shim.client.signal("group", "TERM").await.unwrap_err();
-    assert_eq!(err.code(), Some("not_running"));
+    assert_eq!(err.code(), Some(protocol::ErrorCode::NotRunning));
     assert_eq!(
         shim.client
             .signal("group", "NOPE")
             .await
             .unwrap_err()
             .code(),
-        Some("invalid_signal")
+        Some(protocol::ErrorCode::InvalidSignal)
     );
 }
 
@@ -250,7 +254,7 @@ async fn tty_reports_its_size_and_follows_resize() {
         .resize("tty", TtySize { cols: 1, rows: 1 })
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some("not_running"));
+    assert_eq!(err.code(), Some(protocol::ErrorCode::NotRunning));
     run(&shim.client, "notty", &sh("true")).await;
     assert_eq!(
         shim.client
@@ -258,7 +262,7 @@ async fn tty_reports_its_size_and_follows_resize() {
             .await
             .unwrap_err()
             .code(),
-        Some("no_tty")
+        Some(protocol::ErrorCode::NoTty)
     );
 }
 
@@ -268,12 +272,12 @@ async fn delete_needs_force_while_running_and_frees_the_id() {
     shim.client.spawn("long", &sh("sleep 300")).await.unwrap();
     assert_eq!(
         shim.client.delete("long", false).await.unwrap_err().code(),
-        Some("still_running")
+        Some(protocol::ErrorCode::StillRunning)
     );
     shim.client.delete("long", true).await.unwrap();
     assert_eq!(
         shim.client.get("long").await.unwrap_err().code(),
-        Some("process_not_found")
+        Some(protocol::ErrorCode::ProcessNotFound)
     );
     let ran = run(&shim.client, "long", &sh("echo reused")).await;
     assert_eq!(ran.stdout, b"reused\n");
@@ -281,6 +285,6 @@ async fn delete_needs_force_while_running_and_frees_the_id() {
     assert!(shim.client.list().await.unwrap().is_empty());
     assert_eq!(
         shim.client.delete("long", false).await.unwrap_err().code(),
-        Some("process_not_found")
+        Some(protocol::ErrorCode::ProcessNotFound)
     );
 }

@@ -43,7 +43,7 @@ async fn retried_and_overlapping_offsets_deliver_each_byte_once() {
     );
     // A gap is refused and writes nothing.
     let err = c.stdin("cat", 20, "??".into(), false).await.unwrap_err();
-    assert_eq!(err.code(), Some("stdin_gap"));
+    assert_eq!(err.code(), Some(protocol::ErrorCode::StdinGap));
     let ack = c.stdin("cat", 11, "!\n".into(), true).await.unwrap();
     assert!(ack.stdin_closed);
     assert_eq!(ack.stdin_offset, 13);
@@ -59,7 +59,7 @@ async fn retried_and_overlapping_offsets_deliver_each_byte_once() {
             .await
             .unwrap_err()
             .code(),
-        Some("stdin_closed")
+        Some(protocol::ErrorCode::StdinClosed)
     );
     let ran = follow(c, "cat").await;
     assert_eq!(ran.stdout, b"hello world!\n");
@@ -138,13 +138,13 @@ async fn stdin_to_a_process_that_closed_it_or_exited_is_409() {
             .await
         {
             Err(e) => {
-                code = e.code().map(str::to_owned);
+                code = e.code();
                 break;
             }
             Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }
-    assert_eq!(code.as_deref(), Some("stdin_closed"));
+    assert_eq!(code, Some(protocol::ErrorCode::StdinClosed));
     c.signal("closer", "KILL").await.unwrap();
     c.wait("closer", 10).await.unwrap();
     c.spawn("gone", &with_stdin("true")).await.unwrap();
@@ -154,6 +154,6 @@ async fn stdin_to_a_process_that_closed_it_or_exited_is_409() {
             .await
             .unwrap_err()
             .code(),
-        Some("not_running")
+        Some(protocol::ErrorCode::NotRunning)
     );
 }

@@ -90,7 +90,7 @@ async fn signal_reaches_the_group_while_members_live() {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
         match shim.client.signal("bg", "TERM").await {
-            Err(e) if e.code() == Some("not_running") => break,
+            Err(e) if e.code() == Some(protocol::ErrorCode::NotRunning) => break,
             other => assert!(
                 std::time::Instant::now() < deadline,
                 "signal still answers {other:?}"

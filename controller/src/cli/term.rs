@@ -54,7 +54,14 @@ pub async fn pump_stdin(client: ShimClient, id: String) -> Result<()> {
                     tokio::time::sleep(Duration::from_millis(50 << tries.min(5))).await;
                 }
                 // The process ended or closed its stdin: nothing more to send.
-                Err(e) if matches!(e.code(), Some("not_running" | "stdin_closed")) => return Ok(()),
+                Err(e)
+                    if matches!(
+                        e.code(),
+                        Some(protocol::ErrorCode::NotRunning | protocol::ErrorCode::StdinClosed)
+                    ) =>
+                {
+                    return Ok(());
+                }
                 Err(e) => return Err(e).context("sending stdin"),
             }
         }
