@@ -88,7 +88,8 @@ pub async fn run(
         config.token_sha256,
         new_boot_id(),
         same_owner,
-    ));
+    )
+    .with_files(config.files));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(http::serve(listener, app.clone(), async {
         let _ = stop_rx.await;

@@ -24,6 +24,7 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::table::Table;
 pub use body::Body;
+pub use files::Transfers;
 
 /// Time a client has to send a request's headers; bounds slow-header connections.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -41,6 +42,8 @@ pub struct App {
     pub boot_id: String,
     /// Whether extracted files keep their owners (the shim runs as root).
     pub same_owner: bool,
+    /// Caps and slots of file transfers.
+    pub files: files::Transfers,
     shutting_down: AtomicBool,
 }
 
@@ -58,8 +61,15 @@ impl App {
             metrics: Metrics::default(),
             boot_id,
             same_owner,
+            files: files::Transfers::default(),
             shutting_down: AtomicBool::new(false),
         }
+    }
+
+    /// The same with file transfer caps from the configuration.
+    pub fn with_files(mut self, settings: crate::config::FilesSettings) -> Self {
+        self.files = files::Transfers::new(settings);
+        self
     }
 
     /// From now on, `/healthz` answers 503 and spawns are refused.
@@ -213,7 +223,7 @@ async fn dispatch(
             only(Method::POST, "POST")?;
             process::resize(app, id, req).await
         }
-        Route::Files => files::handle(req, &q, app.same_owner).await,
+        Route::Files => files::handle(req, &q, app.same_owner, &app.files).await,
     }
 }
 
