@@ -95,7 +95,10 @@ const VARS: &[(&str, &str)] = &[
     ("--memory-bytes", "STEPSHIM_MEMORY_BYTES"),
     ("--log", "STEPSHIM_LOG"),
     ("--files-max-bytes", "STEPSHIM_FILES_MAX_BYTES"),
-    ("--files-max-header-bytes", "STEPSHIM_FILES_MAX_HEADER_BYTES"),
+    (
+        "--files-max-header-bytes",
+        "STEPSHIM_FILES_MAX_HEADER_BYTES",
+    ),
     ("--files-max-concurrent", "STEPSHIM_FILES_MAX_CONCURRENT"),
     ("--files-idle-timeout", "STEPSHIM_FILES_IDLE_TIMEOUT"),
 ];
@@ -213,7 +216,10 @@ fn files_settings<'a>(
 ) -> Result<FilesSettings, ConfigError> {
     let d = FilesSettings::default();
     let num = |name: &'static str, default: u64| -> Result<u64, ConfigError> {
-        let v = get(name).map(|s| parse(s, name)).transpose()?.unwrap_or(default);
+        let v = get(name)
+            .map(|s| parse(s, name))
+            .transpose()?
+            .unwrap_or(default);
         if v == 0 {
             return Err(ConfigError::Invalid {
                 name,

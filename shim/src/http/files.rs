@@ -87,7 +87,14 @@ pub async fn handle(
             },
             resolve: Resolve::Auto,
         };
-        put(req.into_body(), PathBuf::from(path), opts, s.idle_timeout, slot).await
+        put(
+            req.into_body(),
+            PathBuf::from(path),
+            opts,
+            s.idle_timeout,
+            slot,
+        )
+        .await
     } else {
         get(path, s.idle_timeout, slot).await
     }
