@@ -16,12 +16,14 @@
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::io::{self, ErrorKind};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 use super::FilesError;
-use super::beneath::{Blocked, kind_at, remove_tree, reopen};
+use super::beneath::{Blocked, Resolve, kind_at, open_dirs, remove_tree, reopen};
+use super::meta::{Meta, apply};
 use crate::sys::fs::{self as sysfs, Kind, Rename};
 
 /// A target directory with its staging directory, removed on drop unless committed.
@@ -302,4 +304,23 @@ pub fn blocked(shown: &str, comps: &[&OsStr], b: Blocked) -> FilesError {
             source: e,
         },
     }
+}
+
+/// Sets the metadata of the directories seen, deepest first (a later duplicate wins), below the
+/// committed target. One that is no longer a directory reached without symlinks is left alone.
+pub fn finish_dirs(
+    target: BorrowedFd<'_>,
+    mut dirs: Vec<(Vec<OsString>, Meta)>,
+    resolve: Resolve,
+) -> Result<(), FilesError> {
+    dirs.sort_by_key(|(comps, _)| std::cmp::Reverse(comps.len()));
+    for (comps, meta) in dirs {
+        let comps: Vec<&OsStr> = comps.iter().map(OsString::as_os_str).collect();
+        let Ok(dir) = open_dirs(target, &comps, false, resolve) else {
+            continue;
+        };
+        let shown: std::path::PathBuf = comps.iter().collect();
+        apply(&File::from(dir), &shown, &meta)?;
+    }
+    Ok(())
 }

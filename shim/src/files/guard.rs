@@ -17,6 +17,8 @@ use std::io::{self, Read};
 
 use tar::{EntryType, GnuExtSparseHeader, Header, PaxExtensions};
 
+use super::FilesError;
+
 /// Size of a tar block.
 const BLOCK: u64 = 512;
 
@@ -47,6 +49,19 @@ pub enum Exceeded {
     Stream(u64),
     /// An extension header (named) declares more than `max_header_bytes`.
     Header(&'static str, u64),
+}
+
+impl Exceeded {
+    /// The error answered for this cap exceeded.
+    pub fn into_error(self, limits: &Limits) -> FilesError {
+        FilesError::TooLarge(match self {
+            Exceeded::Stream(cap) => format!("the upload is larger than {cap} bytes"),
+            Exceeded::Header(what, size) => format!(
+                "a {what} of {size} bytes is larger than the {} bytes allowed",
+                limits.max_header_bytes
+            ),
+        })
+    }
 }
 
 /// Where in the stream the next byte belongs.
@@ -172,9 +187,9 @@ impl<R: Read> Guard<R> {
                 return Err(Exceeded::Header(what, declared));
             }
             let pax = kind == EntryType::XHeader && recognized;
-            if !(recognized && matches!(kind, EntryType::GNULongName | EntryType::GNULongLink))
-                && !pax
-            {
+            let consumed_by_crate = pax
+                || (recognized && matches!(kind, EntryType::GNULongName | EntryType::GNULongLink));
+            if !consumed_by_crate {
                 // Handed to the caller as a member, which consumes a pending pax header.
                 self.pax_size = None;
             }

@@ -29,9 +29,9 @@ use std::path::Path;
 
 use tar::{Archive, EntryType, Header};
 
-use super::beneath::{Resolve, kind_at, open_dirs, remove_tree};
-use super::commit::{Staged, blocked};
-use super::guard::{Exceeded, Guard, Limits};
+use super::beneath::{Blocked, Resolve, kind_at, open_dirs, remove_tree};
+use super::commit::{Staged, blocked, finish_dirs};
+use super::guard::{Guard, Limits};
 use super::meta::{Meta, apply};
 use super::{FilesError, check_request_path, entry_components};
 use crate::sys::fs::{self as sysfs, Kind};
@@ -100,11 +100,9 @@ pub fn extract_with<R: Read>(
         stats: ExtractStats::default(),
         buf: vec![0; COPY_BUF],
     };
-    let mut archive = Archive::new(&mut guard);
-    let result = unpacker.run(&mut archive);
-    drop(archive);
+    let result = unpacker.run(&mut Archive::new(&mut guard));
     if let Some(exceeded) = guard.exceeded.take() {
-        return Err(too_large(exceeded, &opts.limits));
+        return Err(exceeded.into_error(&opts.limits));
     }
     result?;
     if guard.hit_end {
@@ -119,15 +117,12 @@ pub fn extract_with<R: Read>(
     Ok(stats)
 }
 
-/// The error for a cap exceeded.
-fn too_large(exceeded: Exceeded, limits: &Limits) -> FilesError {
-    FilesError::TooLarge(match exceeded {
-        Exceeded::Stream(cap) => format!("the upload is larger than {cap} bytes"),
-        Exceeded::Header(what, size) => format!(
-            "a {what} of {size} bytes is larger than the {} bytes allowed",
-            limits.max_header_bytes
-        ),
-    })
+/// An [`FilesError::Io`] for `what` (a verb phrase) on the entry `shown`.
+fn io_err(what: &str, shown: &str, source: io::Error) -> FilesError {
+    FilesError::Io {
+        context: format!("{what} {shown:?}"),
+        source,
+    }
 }
 
 /// A tar stream error: the stream itself is broken (or could not be read).
@@ -253,10 +248,7 @@ impl Unpacker<'_> {
     /// Makes room at `name` in `parent` for a new entry that is not a directory: removes what is
     /// there (a file or symlink is unlinked, never followed; a directory only if empty).
     fn clear(&self, shown: &str, parent: BorrowedFd<'_>, name: &OsStr) -> Result<(), FilesError> {
-        let fail = |e| FilesError::Io {
-            context: format!("replacing {shown:?}"),
-            source: e,
-        };
+        let fail = |e| io_err("replacing", shown, e);
         match kind_at(parent, name).map_err(fail)? {
             None => Ok(()),
             Some(Kind::Dir) => sysfs::unlink_at(parent, name, true).map_err(|err| {
@@ -278,10 +270,8 @@ impl Unpacker<'_> {
         let (parent, last) = self.place(shown, comps)?;
         if kind_at(parent.as_fd(), last).ok().flatten() != Some(Kind::Dir) {
             self.clear(shown, parent.as_fd(), last)?;
-            sysfs::mkdir_at(parent.as_fd(), last, 0o755).map_err(|e| FilesError::Io {
-                context: format!("creating {shown:?}"),
-                source: e,
-            })?;
+            sysfs::mkdir_at(parent.as_fd(), last, 0o755)
+                .map_err(|e| io_err("creating", shown, e))?;
         }
         self.dirs
             .push((comps.iter().map(|c| c.to_os_string()).collect(), meta));
@@ -300,10 +290,7 @@ impl Unpacker<'_> {
         meta: Meta,
     ) -> Result<(), FilesError> {
         self.clear(shown, parent, name)?;
-        let fail = |what: &str, e| FilesError::Io {
-            context: format!("{what} {shown:?}"),
-            source: e,
-        };
+        let fail = |what: &str, e| io_err(what, shown, e);
         let mut file: File =
             sysfs::create_file_at(parent, name, 0o600).map_err(|e| fail("creating", e))?;
         let mut copied = 0u64;
@@ -349,10 +336,7 @@ impl Unpacker<'_> {
         }
         self.clear(shown, parent, name)?;
         let target = std::os::unix::ffi::OsStrExt::from_bytes(target);
-        let fail = |what: &str, e| FilesError::Io {
-            context: format!("{what} {shown:?}"),
-            source: e,
-        };
+        let fail = |what: &str, e| io_err(what, shown, e);
         sysfs::symlink_at(target, parent, name).map_err(|e| fail("creating symlink", e))?;
         if let Some((uid, gid)) = meta.owner {
             sysfs::lchown_at(parent, name, uid, gid)
@@ -380,13 +364,8 @@ impl Unpacker<'_> {
         for root in std::iter::once(self.root).chain(self.existing) {
             let dir = match open_dirs(root, tparents, false, self.opts.resolve) {
                 Ok(dir) => dir,
-                Err(super::beneath::Blocked::Missing(_)) => continue,
-                Err(super::beneath::Blocked::Io(e)) => {
-                    return Err(FilesError::Io {
-                        context: format!("opening the target of {shown:?}"),
-                        source: e,
-                    });
-                }
+                Err(Blocked::Missing(_)) => continue,
+                Err(Blocked::Io(e)) => return Err(io_err("opening the target of", shown, e)),
                 Err(_) => return Err(refuse("its target is or goes through a symlink")),
             };
             match kind_at(dir.as_fd(), tlast) {
@@ -395,25 +374,15 @@ impl Unpacker<'_> {
                     source = Some(dir);
                     break;
                 }
-                Ok(Some(Kind::Symlink)) => {
-                    return Err(refuse("its target is or goes through a symlink"));
-                }
+                Ok(Some(Kind::Symlink)) => return Err(refuse("its target is a symlink")),
                 Ok(Some(_)) => return Err(refuse("its target is not a regular file")),
-                Err(e) => {
-                    return Err(FilesError::Io {
-                        context: format!("inspecting the target of {shown:?}"),
-                        source: e,
-                    });
-                }
+                Err(e) => return Err(io_err("inspecting the target of", shown, e)),
             }
         }
         let source = source.ok_or_else(|| refuse("its target does not exist"))?;
         let (parent, last) = self.place(shown, comps)?;
         self.clear(shown, parent.as_fd(), last)?;
-        let fail = |e| FilesError::Io {
-            context: format!("linking {shown:?}"),
-            source: e,
-        };
+        let fail = |e| io_err("linking", shown, e);
         sysfs::link_at(source.as_fd(), tlast, parent.as_fd(), last).map_err(fail)?;
         // The target could have been swapped between the check and the link: check what got linked.
         if kind_at(parent.as_fd(), last).map_err(fail)? != Some(Kind::File) {
@@ -422,23 +391,4 @@ impl Unpacker<'_> {
         }
         Ok(())
     }
-}
-
-/// Sets the metadata of the directories seen, deepest first (a later duplicate wins), below the
-/// committed target. One that is no longer a directory reached without symlinks is left alone.
-fn finish_dirs(
-    target: BorrowedFd<'_>,
-    mut dirs: Vec<(Vec<OsString>, Meta)>,
-    resolve: Resolve,
-) -> Result<(), FilesError> {
-    dirs.sort_by_key(|(comps, _)| std::cmp::Reverse(comps.len()));
-    for (comps, meta) in dirs {
-        let comps: Vec<&OsStr> = comps.iter().map(OsString::as_os_str).collect();
-        let Ok(dir) = open_dirs(target, &comps, false, resolve) else {
-            continue;
-        };
-        let shown: std::path::PathBuf = comps.iter().collect();
-        apply(&File::from(dir), &shown, &meta)?;
-    }
-    Ok(())
 }

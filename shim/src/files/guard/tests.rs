@@ -119,14 +119,12 @@ fn a_normal_stream_passes_unchanged() {
     b.append_data(&mut h, &long, &b"abc"[..]).unwrap();
     let tar = b.into_inner().unwrap();
     let mut guard = Guard::new(&tar[..], LIMITS);
-    let mut archive = tar::Archive::new(&mut guard);
     let mut names = Vec::new();
-    for entry in archive.entries().unwrap() {
+    for entry in tar::Archive::new(&mut guard).entries().unwrap() {
         let mut entry = entry.unwrap();
         names.push(entry.path_bytes().into_owned());
         io::copy(&mut entry, &mut io::sink()).unwrap();
     }
-    drop(archive);
     assert_eq!(names, [long.into_bytes()]);
     assert!(guard.exceeded.is_none());
     assert!(!guard.hit_end, "stopped at the end marker");
