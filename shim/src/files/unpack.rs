@@ -63,8 +63,13 @@ pub const MAX_DEPTH: usize = 512;
 /// Size of the one buffer file contents are streamed through.
 const COPY_BUF: usize = 64 * 1024;
 
-/// A buffer's worth of zeros, compared against to find holes.
-static ZEROS: [u8; COPY_BUF] = [0; COPY_BUF];
+/// Zeros compared against (with `memcmp`) to find holes; small, as it sits in the binary.
+static ZEROS: [u8; 512] = [0; 512];
+
+/// Whether `buf` holds only zeros.
+fn is_hole(buf: &[u8]) -> bool {
+    buf.chunks(ZEROS.len()).all(|c| c == &ZEROS[..c.len()])
+}
 
 /// Extracts a tar stream under `dir` (absolute; created with parents if missing) with the
 /// default caps. See [`extract_with`].
@@ -301,7 +306,7 @@ impl Unpacker<'_> {
                 Err(err) if err.kind() == ErrorKind::Interrupted => continue,
                 Err(err) => return Err(corrupt(err)),
             };
-            if self.buf[..n] == ZEROS[..n] {
+            if is_hole(&self.buf[..n]) {
                 file.seek(SeekFrom::Current(n as i64))
                     .map_err(|e| fail("writing", e))?;
             } else {
