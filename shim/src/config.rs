@@ -39,6 +39,32 @@ pub struct Config {
     pub auth_timeout: Duration,
     /// `oom_score_adj` given to every process spawned (-1000 to 1000).
     pub oom_score_adj: i32,
+    /// Caps of `PUT`/`GET /v1/files`.
+    pub files: FilesSettings,
+}
+
+/// Caps of file transfers (PROTOCOL.md 4.8 and 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FilesSettings {
+    /// Bytes of one upload's tar stream, and the largest apparent size of one file in it.
+    pub max_bytes: u64,
+    /// Bytes of one extension header (GNU long name or link, pax header) of an upload.
+    pub max_header_bytes: u64,
+    /// File transfers (either direction) running at once; more are answered 503.
+    pub max_concurrent: usize,
+    /// How long a transfer may go without its body moving before it is abandoned.
+    pub idle_timeout: Duration,
+}
+
+impl Default for FilesSettings {
+    fn default() -> Self {
+        FilesSettings {
+            max_bytes: 8 << 30,
+            max_header_bytes: 64 << 10,
+            max_concurrent: 8,
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
 }
 
 /// Why the configuration was refused.
@@ -59,7 +85,7 @@ pub enum ConfigError {
     },
     /// A flag the shim does not know.
     #[error(
-        "unknown argument {0:?} (flags: --listen --token-sha256 --token-sha256-file --insecure-no-auth --data-dir --grace-seconds --drain-seconds --memory-bytes --log --max-processes --max-spec-bytes --max-connections --max-header-bytes --auth-timeout-seconds --oom-score-adj --ready-file)"
+        "unknown argument {0:?} (flags: --listen --token-sha256 --token-sha256-file --insecure-no-auth --data-dir --grace-seconds --drain-seconds --memory-bytes --log --max-processes --max-spec-bytes --max-connections --max-header-bytes --auth-timeout-seconds --oom-score-adj --ready-file --files-max-bytes --files-max-header-bytes --files-max-concurrent --files-idle-timeout)"
     )]
     UnknownArgument(String),
     /// The token file could not be read.
@@ -90,6 +116,13 @@ const VARS: &[(&str, &str)] = &[
     ("--max-header-bytes", "STEPSHIM_MAX_HEADER_BYTES"),
     ("--auth-timeout-seconds", "STEPSHIM_AUTH_TIMEOUT_SECONDS"),
     ("--oom-score-adj", "STEPSHIM_OOM_SCORE_ADJ"),
+    ("--files-max-bytes", "STEPSHIM_FILES_MAX_BYTES"),
+    (
+        "--files-max-header-bytes",
+        "STEPSHIM_FILES_MAX_HEADER_BYTES",
+    ),
+    ("--files-max-concurrent", "STEPSHIM_FILES_MAX_CONCURRENT"),
+    ("--files-idle-timeout", "STEPSHIM_FILES_IDLE_TIMEOUT"),
 ];
 
 impl Config {
@@ -223,8 +256,47 @@ impl Config {
                 .unwrap_or(64 << 20),
             log_level,
             ready_file: get("STEPSHIM_READY_FILE").map(PathBuf::from),
+            files: files_settings(&get, &secs)?,
         })
     }
+}
+
+/// The file transfer caps; each must be at least 1 (a cap of 0 would refuse every transfer).
+fn files_settings<'a>(
+    get: &dyn Fn(&str) -> Option<&'a str>,
+    secs: &dyn Fn(&'static str, f64) -> Result<Duration, ConfigError>,
+) -> Result<FilesSettings, ConfigError> {
+    let d = FilesSettings::default();
+    let num = |name: &'static str, default: u64| -> Result<u64, ConfigError> {
+        let v = get(name)
+            .map(|s| parse(s, name))
+            .transpose()?
+            .unwrap_or(default);
+        if v == 0 {
+            return Err(ConfigError::Invalid {
+                name,
+                reason: "must be at least 1".into(),
+            });
+        }
+        Ok(v)
+    };
+    let idle_timeout = secs("STEPSHIM_FILES_IDLE_TIMEOUT", d.idle_timeout.as_secs_f64())?;
+    if idle_timeout.is_zero() {
+        return Err(ConfigError::Invalid {
+            name: "STEPSHIM_FILES_IDLE_TIMEOUT",
+            reason: "must be more than 0 seconds".into(),
+        });
+    }
+    Ok(FilesSettings {
+        max_bytes: num("STEPSHIM_FILES_MAX_BYTES", d.max_bytes)?,
+        max_header_bytes: num("STEPSHIM_FILES_MAX_HEADER_BYTES", d.max_header_bytes)?,
+        max_concurrent: usize::try_from(num(
+            "STEPSHIM_FILES_MAX_CONCURRENT",
+            d.max_concurrent as u64,
+        )?)
+        .unwrap_or(usize::MAX),
+        idle_timeout,
+    })
 }
 
 fn parse<T: std::str::FromStr>(s: &str, name: &'static str) -> Result<T, ConfigError>
@@ -291,6 +363,38 @@ mod tests {
         ] {
             let bad = env(&[("STEPSHIM_INSECURE_NO_AUTH", "1"), (k, v)]);
             assert!(Config::from_sources(bad, vec![]).is_err(), "{k}={v}");
+        }
+        assert_eq!(c.files, FilesSettings::default());
+    }
+
+    #[test]
+    fn files_caps_are_read_and_zero_is_refused() {
+        let base = [("STEPSHIM_INSECURE_NO_AUTH", "1")];
+        let c = Config::from_sources(
+            env(&[
+                base[0],
+                ("STEPSHIM_FILES_MAX_BYTES", "1000"),
+                ("STEPSHIM_FILES_MAX_HEADER_BYTES", "512"),
+                ("STEPSHIM_FILES_IDLE_TIMEOUT", "0.5"),
+            ]),
+            vec!["--files-max-concurrent=3".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            c.files,
+            FilesSettings {
+                max_bytes: 1000,
+                max_header_bytes: 512,
+                max_concurrent: 3,
+                idle_timeout: Duration::from_millis(500),
+            }
+        );
+        for bad in [
+            ("STEPSHIM_FILES_MAX_BYTES", "0"),
+            ("STEPSHIM_FILES_MAX_CONCURRENT", "-1"),
+            ("STEPSHIM_FILES_IDLE_TIMEOUT", "0"),
+        ] {
+            assert!(Config::from_sources(env(&[base[0], bad]), vec![]).is_err());
         }
     }
 

@@ -140,6 +140,7 @@ impl Error {
             Files(FilesError::InvalidPath(_)) => ErrorCode::InvalidPath,
             Files(FilesError::NotFound(_)) => ErrorCode::FileNotFound,
             Files(FilesError::InvalidTar(_)) => ErrorCode::InvalidTar,
+            Files(FilesError::TooLarge(_)) => ErrorCode::BodyTooLarge,
             Files(FilesError::Io { .. }) => ErrorCode::Internal,
             Unavailable(_) => ErrorCode::Unavailable,
             InvalidSpec(_) => ErrorCode::InvalidSpec,

@@ -8,26 +8,36 @@
 //! size of the files: contents are streamed through a fixed buffer, never held whole; only a small
 //! record per directory (extracting) or per multiply-linked file (archiving) is remembered.
 //!
-//! The tar stream of an extraction is hostile input. The invariant is that nothing is ever created,
-//! modified or linked outside the target directory; see `unpack.rs` for how each entry is checked.
+//! The tar stream of an extraction is hostile input, and a step process may change the target
+//! directory while it is extracted. The invariants: nothing is ever created, modified or linked
+//! outside the target directory (every operation is relative to a directory fd reached without
+//! symlinks: `beneath.rs` over `sys/fs.rs`); a stream that fails leaves the target as it was
+//! (`commit.rs`); memory and disk stay under the upload's caps (`guard.rs`). See `unpack.rs` for how
+//! each entry is checked.
 
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
+mod beneath;
+mod commit;
+mod guard;
 mod meta;
 mod pack;
 mod unpack;
 
+pub use beneath::Resolve;
+pub use guard::Limits;
 pub use pack::{ArchiveSource, archive, prepare_archive};
-pub use unpack::{ExtractStats, extract};
+pub use unpack::{ExtractStats, MAX_DEPTH, Options, extract, extract_with};
 
 /// Errors of files in/out. Each variant maps to one wire error (PROTOCOL.md 4.8).
 #[derive(Debug, thiserror::Error)]
 pub enum FilesError {
     /// The path named by the request is unusable: not absolute, contains a NUL byte, has no last
-    /// component, or (for an extraction) names something that is not a directory. Answered 400
+    /// component, or (for an extraction) names something that is not a directory or goes through a
+    /// symlink. Answered 400
     /// `invalid_path`; the message names the path and what is wrong with it.
     #[error("invalid path: {0}")]
     InvalidPath(String),
@@ -37,10 +47,15 @@ pub enum FilesError {
     NotFound(String),
     /// The tar stream is corrupt or truncated, or an entry was refused: an absolute or `..` path, a
     /// parent that is a symlink, a hard link leaving the directory or going through a symlink, a
-    /// device or FIFO, an entry that would replace a non-empty directory. Entries before it may have
-    /// been written. Answered 400 `invalid_tar`.
+    /// device or FIFO, an entry that would replace a non-empty directory. Nothing was written.
+    /// Answered 400 `invalid_tar`.
     #[error("invalid tar: {0}")]
     InvalidTar(String),
+    /// The upload went over a cap (`STEPSHIM_FILES_MAX_BYTES` on the stream or a file's apparent
+    /// size, `STEPSHIM_FILES_MAX_HEADER_BYTES` on an extension header). Nothing was written.
+    /// Answered 413 `body_too_large`.
+    #[error("upload too large: {0}")]
+    TooLarge(String),
     /// The file system (or the response writer) failed. Answered 500 `internal`; `context` names the
     /// operation and at most the path involved.
     #[error("{context}")]

@@ -215,6 +215,7 @@ pub fn geteuid() -> u32 {
 }
 
 mod exec;
+pub mod fs;
 
 pub use exec::{ChildStdio, Credentials, Exec, Forked, Stage, decode_exec_status, fork_exec};
 

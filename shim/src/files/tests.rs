@@ -20,6 +20,7 @@ use super::{FilesError, archive, extract};
 
 mod attacks;
 mod shrinking;
+mod staging;
 
 /// A scratch directory, removed on drop.
 pub(super) struct Scratch(pub PathBuf);

@@ -1,24 +1,69 @@
 //! `PUT /v1/files` and `GET /v1/files`: bridges the async request and response bodies to the
 //! synchronous tar code in `crate::files`, which runs on the blocking pool.
+//!
+//! A transfer holds one of `STEPSHIM_FILES_MAX_CONCURRENT` slots from before its first file-system
+//! call until its blocking work ends; without a free slot it is answered 503 `unavailable` at once,
+//! so stalled transfers cannot take every blocking thread. A body that does not move for
+//! `STEPSHIM_FILES_IDLE_TIMEOUT` (an upload's bytes not arriving, a download's not being taken)
+//! abandons the transfer: an upload is then refused as truncated and leaves nothing, a download's
+//! response is cut off.
 
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use tokio::sync::mpsc;
+use tokio::runtime::Handle;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use super::body::{Body, ChannelBody, Query, empty};
+use crate::config::FilesSettings;
 use crate::error::Error;
-use crate::files::{self, FilesError};
+use crate::files::{self, FilesError, Limits, Options, Resolve};
+
+/// The file transfer caps and the slots of the transfers running.
+#[derive(Debug)]
+pub struct Transfers {
+    settings: FilesSettings,
+    slots: Arc<Semaphore>,
+}
+
+impl Transfers {
+    /// Caps from the configuration.
+    pub fn new(settings: FilesSettings) -> Self {
+        Transfers {
+            settings,
+            slots: Arc::new(Semaphore::new(settings.max_concurrent)),
+        }
+    }
+
+    /// A slot for one transfer, or 503 when all are taken.
+    fn slot(&self) -> Result<OwnedSemaphorePermit, Error> {
+        self.slots.clone().try_acquire_owned().map_err(|_| {
+            Error::Unavailable(format!(
+                "{} file transfers are already running (STEPSHIM_FILES_MAX_CONCURRENT); retry later",
+                self.settings.max_concurrent
+            ))
+        })
+    }
+}
+
+impl Default for Transfers {
+    fn default() -> Self {
+        Transfers::new(FilesSettings::default())
+    }
+}
 
 /// `/v1/files?path=...`
 pub async fn handle(
     req: Request<Incoming>,
     q: &Query,
     same_owner: bool,
+    transfers: &Transfers,
 ) -> Result<Response<Body>, Error> {
     let path = q
         .get("path")
@@ -27,27 +72,63 @@ pub async fn handle(
     if !path.starts_with('/') {
         return Err(FilesError::InvalidPath(format!("{path:?} is not absolute")).into());
     }
-    match *req.method() {
-        Method::PUT => put(req.into_body(), PathBuf::from(path), same_owner).await,
-        Method::GET => get(path).await,
-        _ => Err(Error::MethodNotAllowed("GET, PUT")),
+    let method = req.method().clone();
+    if method != Method::PUT && method != Method::GET {
+        return Err(Error::MethodNotAllowed("GET, PUT"));
+    }
+    let slot = transfers.slot()?;
+    let s = transfers.settings;
+    if method == Method::PUT {
+        let opts = Options {
+            same_owner,
+            limits: Limits {
+                max_bytes: s.max_bytes,
+                max_header_bytes: s.max_header_bytes,
+            },
+            resolve: Resolve::Auto,
+        };
+        put(
+            req.into_body(),
+            PathBuf::from(path),
+            opts,
+            s.idle_timeout,
+            slot,
+        )
+        .await
+    } else {
+        get(path, s.idle_timeout, slot).await
     }
 }
 
-async fn put(mut body: Incoming, dir: PathBuf, same_owner: bool) -> Result<Response<Body>, Error> {
+async fn put(
+    mut body: Incoming,
+    dir: PathBuf,
+    opts: Options,
+    idle: Duration,
+    slot: OwnedSemaphorePermit,
+) -> Result<Response<Body>, Error> {
     let (tx, rx) = mpsc::channel::<Bytes>(4);
     let extract = tokio::task::spawn_blocking(move || {
-        files::extract(
-            ChannelReader {
-                rx,
-                current: Bytes::new(),
-            },
-            &dir,
-            same_owner,
-        )
+        let _slot = slot;
+        let reader = ChannelReader {
+            rx,
+            current: Bytes::new(),
+        };
+        files::extract_with(reader, &dir, &opts)
     });
     let mut body_err = None;
-    while let Some(frame) = body.frame().await {
+    loop {
+        let frame = match tokio::time::timeout(idle, body.frame()).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(_) => {
+                body_err = Some(format!(
+                    "no body bytes for {} s (STEPSHIM_FILES_IDLE_TIMEOUT); upload abandoned",
+                    idle.as_secs_f64()
+                ));
+                break;
+            }
+        };
         match frame {
             Ok(f) => {
                 if let Ok(data) = f.into_data()
@@ -57,27 +138,44 @@ async fn put(mut body: Incoming, dir: PathBuf, same_owner: bool) -> Result<Respo
                 }
             }
             Err(e) => {
-                body_err = Some(e);
+                body_err = Some(format!("reading the tar body: {e}"));
                 break;
             }
         }
     }
+    // The extractor sees the end of the stream: without the end-of-archive marker it refuses it
+    // and removes its staging directory.
     drop(tx);
     let result = extract
         .await
         .map_err(|e| Error::internal("extracting", io::Error::other(e)))?;
-    if let Some(e) = body_err {
-        return Err(Error::BadRequest(format!("reading the tar body: {e}")));
+    match (result, body_err) {
+        // A stream complete up to its end marker was committed, whatever came after it.
+        (Ok(_), _) => Ok(empty(StatusCode::NO_CONTENT)),
+        (Err(e @ FilesError::TooLarge(_)), _) | (Err(e), None) => Err(e.into()),
+        (Err(_), Some(why)) => Err(Error::BadRequest(why)),
     }
-    result?;
-    Ok(empty(StatusCode::NO_CONTENT))
 }
 
-async fn get(path: String) -> Result<Response<Body>, Error> {
-    let source = files::prepare_archive(&path)?;
+async fn get(
+    path: String,
+    idle: Duration,
+    slot: OwnedSemaphorePermit,
+) -> Result<Response<Body>, Error> {
+    let p = path.clone();
+    let source = tokio::task::spawn_blocking(move || files::prepare_archive(&p))
+        .await
+        .map_err(|e| Error::internal("archiving", io::Error::other(e)))??;
     let (tx, rx) = mpsc::channel(2);
+    let handle = Handle::current();
     tokio::task::spawn_blocking(move || {
-        let writer = io::BufWriter::with_capacity(64 * 1024, ChannelWriter(tx.clone()));
+        let _slot = slot;
+        let out = ChannelWriter {
+            tx: tx.clone(),
+            handle: handle.clone(),
+            idle,
+        };
+        let writer = io::BufWriter::with_capacity(64 * 1024, out);
         let result = source.write(writer).and_then(|mut w| {
             w.flush().map_err(|e| FilesError::Io {
                 context: "streaming the archive".into(),
@@ -86,7 +184,9 @@ async fn get(path: String) -> Result<Response<Body>, Error> {
         });
         if let Err(e) = result {
             tracing::warn!(path, cause = %e, "files out ended early");
-            let _ = tx.blocking_send(Err(io::Error::other(e.to_string())));
+            // Cuts the chunked body off without its last chunk (unless the client is gone).
+            let err = Err(io::Error::other(e.to_string()));
+            let _ = handle.block_on(tokio::time::timeout(idle, tx.send(err)));
         }
     });
     let mut r = Response::new(ChannelBody(rx).boxed());
@@ -117,15 +217,31 @@ impl Read for ChannelReader {
     }
 }
 
-/// Blocking `Write` into the response body; fails once the client is gone.
-struct ChannelWriter(mpsc::Sender<Result<Bytes, io::Error>>);
+/// Blocking `Write` into the response body; fails once the client is gone or has taken nothing
+/// for `idle`.
+struct ChannelWriter {
+    tx: mpsc::Sender<Result<Bytes, io::Error>>,
+    handle: Handle,
+    idle: Duration,
+}
 
 impl Write for ChannelWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0
-            .blocking_send(Ok(Bytes::copy_from_slice(buf)))
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "client went away"))?;
-        Ok(buf.len())
+        let chunk = Ok(Bytes::copy_from_slice(buf));
+        let sent = self
+            .handle
+            .block_on(tokio::time::timeout(self.idle, self.tx.send(chunk)));
+        match sent {
+            Ok(Ok(())) => Ok(buf.len()),
+            Ok(Err(_)) => Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "client went away",
+            )),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client took nothing for STEPSHIM_FILES_IDLE_TIMEOUT",
+            )),
+        }
     }
 
     fn flush(&mut self) -> io::Result<()> {

@@ -26,6 +26,7 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::table::Table;
 pub use body::Body;
+pub use files::Transfers;
 
 /// Time a client has to send a request's headers (and how long an authenticated connection may
 /// sit idle between requests).
@@ -68,6 +69,8 @@ pub struct App {
     /// Connection limits.
     pub limits: Limits,
     conns: Arc<conns::Conns>,
+    /// Caps and slots of file transfers.
+    pub files: files::Transfers,
 }
 
 impl App {
@@ -87,7 +90,14 @@ impl App {
             same_owner,
             limits,
             conns: conns::Conns::new(limits.max_connections),
+            files: files::Transfers::default(),
         }
+    }
+
+    /// The same with file transfer caps from the configuration.
+    pub fn with_files(mut self, settings: crate::config::FilesSettings) -> Self {
+        self.files = files::Transfers::new(settings);
+        self
     }
 
     /// Whether shutdown has begun (the table is closed): `/healthz` answers 503, spawns are refused.
@@ -289,7 +299,7 @@ async fn dispatch(
             only(Method::POST, "POST")?;
             process::resize(app, id, req).await
         }
-        Route::Files => files::handle(req, &q, app.same_owner).await,
+        Route::Files => files::handle(req, &q, app.same_owner, &app.files).await,
     }
 }
 
