@@ -4,6 +4,11 @@
 
 use sha2::{Digest, Sha256};
 
+/// The header that carries the bare token where `Authorization` cannot: the apiserver's
+/// `pods/proxy` strips `Authorization` (it holds the caller's Kubernetes credentials) before
+/// forwarding, and passes this one on (PROTOCOL.md section 2).
+pub const PROXY_HEADER: &str = "x-stepshim-token";
+
 /// SHA-256 of a token.
 pub fn sha256(token: &[u8]) -> [u8; 32] {
     Sha256::digest(token).into()

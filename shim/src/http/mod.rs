@@ -235,11 +235,12 @@ async fn dispatch(
         };
     }
     if let Some(want) = &app.token_sha256 {
-        let header = req
-            .headers()
-            .get(header::AUTHORIZATION)
+        let headers = req.headers();
+        let bearer = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+        let proxy = headers
+            .get(protocol::token::PROXY_HEADER)
             .map(|v| v.as_bytes());
-        if !crate::auth::check(header, want) {
+        if !crate::auth::check(bearer, proxy, want) {
             return Err(Error::Unauthorized);
         }
     }
