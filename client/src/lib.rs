@@ -164,6 +164,32 @@ impl ShimClient {
         Ok((p, status == StatusCode::CREATED))
     }
 
+    /// `PUT /v1/processes/{id}?wait=S`: spawns and waits up to `secs` for the exit in one request.
+    /// A shim that does not know `wait` on a spawn answers at once; then the rest of the time is
+    /// waited with `GET ?wait=`, so the result is the same against any shim.
+    pub async fn spawn_wait(
+        &self,
+        id: &str,
+        spec: &SpawnRequest,
+        secs: u32,
+    ) -> Result<(Process, bool), ClientError> {
+        let started = std::time::Instant::now();
+        let q = protocol::query::build(&[(protocol::query::WAIT, &secs.to_string())]);
+        let (status, p): (_, Process) = self
+            .call(
+                Method::PUT,
+                &format!("{}{q}", process_path(id)),
+                Self::json_body(spec),
+            )
+            .await?;
+        let created = status == StatusCode::CREATED;
+        let rest = u64::from(secs).saturating_sub(started.elapsed().as_secs());
+        if p.state == protocol::State::Exited || rest == 0 {
+            return Ok((p, created));
+        }
+        Ok((self.wait(id, rest as u32).await?, created))
+    }
+
     /// `GET /v1/processes/{id}`
     pub async fn get(&self, id: &str) -> Result<Process, ClientError> {
         Ok(self

@@ -175,6 +175,30 @@ func (c *Client) Spawn(ctx context.Context, id string, spec Spec) (p *ProcessSta
 	return p, status == http.StatusCreated, nil
 }
 
+// SpawnWait spawns like Spawn and waits up to max for the exit in the same request
+// (PUT ?wait=S). A shim that does not know wait on a spawn answers at once; the rest of max is then
+// waited with Wait, so the result is the same against any shim.
+func (c *Client) SpawnWait(ctx context.Context, id string, spec Spec, max time.Duration) (p *ProcessStatus, created bool, err error) {
+	path, err := processPath(id, "")
+	if err != nil {
+		return nil, false, err
+	}
+	started := time.Now()
+	q := url.Values{"wait": {strconv.FormatFloat(max.Seconds(), 'f', 3, 64)}}
+	p = new(ProcessStatus)
+	status, err := c.doJSON(ctx, http.MethodPut, path, q, spec, p)
+	if err != nil {
+		return nil, false, err
+	}
+	created = status == http.StatusCreated
+	rest := max - time.Since(started)
+	if p.Exited() || rest < time.Second {
+		return p, created, nil
+	}
+	p, err = c.Wait(ctx, id, rest)
+	return p, created, err
+}
+
 // Run spawns like Spawn, retrying across transport errors and 5xx answers with backoff until the shim
 // answers or ctx ends. This is safe because a spawn with an existing id and equal spec is answered
 // with the existing process, so a retry after a lost answer does not start a second one.

@@ -15,6 +15,21 @@ use crate::error::Error;
 /// Longest `wait` a status request may hold.
 const MAX_WAIT: Duration = Duration::from_secs(300);
 
+/// The `wait` parameter: seconds to wait for the exit, at most [`MAX_WAIT`].
+fn wait_of(q: &Query) -> Result<Option<Duration>, Error> {
+    let Some(wait) = q.get(protocol::query::WAIT) else {
+        return Ok(None);
+    };
+    let secs: f64 = wait
+        .parse()
+        .ok()
+        .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+        .ok_or_else(|| Error::BadRequest("wait must be a number of seconds".into()))?;
+    Ok(Some(Duration::from_secs_f64(
+        secs.min(MAX_WAIT.as_secs_f64()),
+    )))
+}
+
 /// `GET /v1/processes`
 pub fn list(app: &App) -> Response<Body> {
     let processes = app.table.list().iter().map(|p| p.snapshot()).collect();
@@ -33,6 +48,7 @@ pub async fn process(
             if app.is_shutting_down() {
                 return Err(Error::Unavailable("the shim is shutting down".into()));
             }
+            let wait = wait_of(q)?;
             let spec: SpawnRequest = read_json(req.into_body()).await?;
             // The spawn runs as its own task: a client that hangs up mid-spawn must not leave a
             // forked child unrecorded.
@@ -46,23 +62,23 @@ pub async fn process(
             } else {
                 StatusCode::OK
             };
+            // `?wait=S` on a spawn: one request for the common spawn-then-wait (the status code
+            // still says whether this call started it).
+            if let Some(limit) = wait {
+                proc.wait(limit).await;
+            }
             Ok(json(status, &proc.snapshot()))
         }
         Method::GET => {
+            let wait = wait_of(q)?;
             let proc = app.table.get(id)?;
-            if let Some(wait) = q.get("wait") {
-                let secs: f64 = wait
-                    .parse()
-                    .ok()
-                    .filter(|s: &f64| s.is_finite() && *s >= 0.0)
-                    .ok_or_else(|| Error::BadRequest("wait must be a number of seconds".into()))?;
-                proc.wait(Duration::from_secs_f64(secs.min(MAX_WAIT.as_secs_f64())))
-                    .await;
+            if let Some(limit) = wait {
+                proc.wait(limit).await;
             }
             Ok(json(StatusCode::OK, &proc.snapshot()))
         }
         Method::DELETE => {
-            app.table.delete(id, q.flag("force"))?;
+            app.table.delete(id, q.flag(protocol::query::FORCE))?;
             Ok(empty(StatusCode::NO_CONTENT))
         }
         _ => Err(Error::MethodNotAllowed("GET, PUT, DELETE")),
@@ -79,7 +95,7 @@ pub async fn stdin(
     let proc = app.table.get(id)?;
     let stdin = proc.stdin.as_ref().ok_or(Error::NoStdin)?;
     let offset = q
-        .get("offset")
+        .get(protocol::query::OFFSET)
         .ok_or_else(|| Error::BadRequest("offset is required".into()))?;
     let offset = offset
         .parse()
@@ -88,7 +104,7 @@ pub async fn stdin(
         .write(
             offset,
             req.into_body(),
-            q.flag("eof"),
+            q.flag(protocol::query::EOF),
             proc.is_running(),
             &proc.id,
         )
