@@ -36,18 +36,12 @@ pub fn set_pipe_size(fd: &OwnedFd, bytes: usize) -> io::Result<usize> {
     Ok(n as usize)
 }
 
-/// Sets or clears `O_NONBLOCK` on a fd.
+/// Sets or clears `O_NONBLOCK` on a fd (one `FIONBIO` call rather than a read and a write of the
+/// flags: a spawn does this for every pipe).
 pub fn set_nonblocking(fd: &OwnedFd, on: bool) -> io::Result<()> {
-    let raw = fd.as_raw_fd();
-    // SAFETY: fcntl on a valid, owned fd.
-    let flags = cvt(unsafe { libc::fcntl(raw, libc::F_GETFL) })?;
-    let flags = if on {
-        flags | libc::O_NONBLOCK
-    } else {
-        flags & !libc::O_NONBLOCK
-    };
-    // SAFETY: as above.
-    cvt(unsafe { libc::fcntl(raw, libc::F_SETFL, flags) })?;
+    let on = libc::c_int::from(on);
+    // SAFETY: FIONBIO reads one int from a valid pointer; the fd is valid and owned.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONBIO, &on) })?;
     Ok(())
 }
 

@@ -197,31 +197,16 @@ unsafe fn set_up_and_exec(a: &ChildArgs<'_>, ok: impl Fn(libc::c_long) -> bool) 
     }
 }
 
-/// The signals a child must reset before unblocking: every one this process catches or ignores.
-/// Read once, at the first spawn (the shim installs its handlers at start-up, before it serves a
-/// request), plus every signal tokio's `SignalKind` names, in case a handler is installed later:
-/// about a dozen system calls per spawn instead of one per signal.
+/// The signals a child must reset before unblocking: every one this process catches (tokio's
+/// SIGCHLD, SIGTERM and SIGINT; std's SIGSEGV and SIGBUS) or ignores (SIGPIPE, and whatever the shim
+/// inherited ignored). Read once, at the first spawn: the shim installs every handler at start-up,
+/// before it serves a request, and a handler installed later must be added here. Six system calls
+/// per spawn instead of one per signal.
 fn signals_to_reset() -> &'static [libc::c_int] {
     static RESET: std::sync::OnceLock<Vec<libc::c_int>> = std::sync::OnceLock::new();
     RESET.get_or_init(|| {
-        let named = [
-            libc::SIGALRM,
-            libc::SIGCHLD,
-            libc::SIGHUP,
-            libc::SIGINT,
-            libc::SIGIO,
-            libc::SIGPIPE,
-            libc::SIGQUIT,
-            libc::SIGTERM,
-            libc::SIGUSR1,
-            libc::SIGUSR2,
-            libc::SIGWINCH,
-        ];
         (1..=64)
             .filter(|&sig| {
-                if sig == libc::SIGKILL || sig == libc::SIGSTOP {
-                    return false;
-                }
                 let mut old = KernelSigaction::default();
                 // SAFETY: a null new action only reads the current disposition into `old`, a
                 // struct of the kernel's layout. The raw syscall also sees the signals libc keeps
@@ -235,7 +220,7 @@ fn signals_to_reset() -> &'static [libc::c_int] {
                         8usize,
                     )
                 };
-                named.contains(&sig) || (r == 0 && old.handler != libc::SIG_DFL)
+                r == 0 && old.handler != libc::SIG_DFL
             })
             .collect()
     })
