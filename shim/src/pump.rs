@@ -5,27 +5,24 @@
 
 use std::cell::RefCell;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use protocol::{Exit, FrameType};
+use protocol::{Exit, FrameType, HEADER_LEN};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep_until};
 use tracing::{debug, warn};
 
-use crate::log::OutputLog;
+use crate::log::{IO_CHUNK, OutputLog};
 use crate::proc::Proc;
 
-/// Largest read from a pipe, hence largest frame payload the shim writes. A client resumes only
-/// from whole frames, so this also bounds what a flaky connection must carry to make progress.
-const READ_SIZE: usize = 64 * 1024;
-
 thread_local! {
-    /// One read buffer per runtime thread: a read and its append happen without an await between
+    /// One frame buffer per runtime thread (header room, then up to [`IO_CHUNK`] read straight from
+    /// the pipe into uninitialised space): a read and its append happen without an await between
     /// them, so the buffer is never shared, and 2,000 quiet processes do not cost 2,000 buffers.
-    static BUF: RefCell<Vec<u8>> = RefCell::new(vec![0; READ_SIZE]);
+    static BUF: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(HEADER_LEN + IO_CHUNK));
 }
 
 /// The parent's ends of a process's output.
@@ -45,7 +42,8 @@ pub enum Sources {
 enum Outcome {
     Data,
     Eof,
-    /// The log refused the bytes; they must be appended before anything else is read.
+    /// The log refused the frame (header room, then payload); it must be appended before anything
+    /// else is read.
     Stalled(Vec<u8>, io::Error),
 }
 
@@ -107,11 +105,11 @@ async fn handle(
     match out {
         Ok((Outcome::Data, _)) => false,
         Ok((Outcome::Eof, _)) => true,
-        Ok((Outcome::Stalled(data, cause), kind)) => {
+        Ok((Outcome::Stalled(mut frame, cause), kind)) => {
             warn!(id = %proc.id, %cause, "output log cannot take more; holding the process's pipes");
             loop {
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                if proc.log.append(kind, &data).is_ok() {
+                if proc.log.append_frame(kind, &mut frame).is_ok() {
                     return false;
                 }
             }
@@ -135,11 +133,13 @@ async fn pump_once(
         let res = ready.try_io(|f| {
             BUF.with(|buf| {
                 let mut buf = buf.borrow_mut();
-                match f.get_ref().read(&mut buf) {
+                buf.clear();
+                buf.extend_from_slice(&[0; HEADER_LEN]);
+                match crate::sys::read_spare(f.get_ref(), &mut buf, IO_CHUNK, None) {
                     Ok(0) => Ok(Outcome::Eof),
-                    Ok(n) => Ok(match log.append(*kind, &buf[..n]) {
+                    Ok(_) => Ok(match log.append_frame(*kind, &mut buf) {
                         Ok(()) => Outcome::Data,
-                        Err(e) => Outcome::Stalled(buf[..n].to_vec(), e),
+                        Err(e) => Outcome::Stalled(buf.to_vec(), e),
                     }),
                     // A pty master reports EIO once every holder of the slave side has closed it.
                     Err(e) if e.raw_os_error() == Some(libc::EIO) => Ok(Outcome::Eof),

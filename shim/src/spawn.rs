@@ -1,11 +1,11 @@
 //! Turns a spawn request into a running child: validates and normalizes the spec, resolves the
-//! executable, user, environment and directory, creates pipes or a pty, forks, and waits (without
-//! blocking the runtime) for the child's exec to succeed or report why it failed.
+//! executable, user, environment and directory, creates pipes or a pty, and starts the child, which
+//! has exec'd or reported why it could not by the time `sys::fork_exec` returns.
 
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -251,15 +251,7 @@ pub async fn start(
     // The child has its copies; closing ours lets the pumps see EOF when the child's side closes.
     drop(exec);
     let pid = forked.pid;
-    // Raised at once, before the program can fork children that would inherit the old value. A
-    // shim that is not root cannot write it while the child is still non-dumpable (inherited from
-    // the shim until exec), so it tries again after the exec.
-    let adj_early = crate::oom::set_score_adj(pid, oom_score_adj).is_ok();
-    let status = exec_status(forked.status_pipe).await.map_err(|e| Failed {
-        pid: Some(pid),
-        error: Error::io("reading the exec status", e),
-    })?;
-    if let Some((stage, err)) = sys::decode_exec_status(&status) {
+    if let Some((stage, err)) = forked.failed {
         let error = match stage {
             Stage::Exec => match err.raw_os_error() {
                 Some(
@@ -291,7 +283,9 @@ pub async fn start(
             error,
         });
     }
-    if !adj_early && let Err(e) = crate::oom::set_score_adj(pid, oom_score_adj) {
+    // The spawn resumes only once the child has exec'd (vfork): the program's own
+    // children forked from now on inherit the raised value.
+    if let Err(e) = crate::oom::set_score_adj(pid, oom_score_adj) {
         tracing::debug!(pid, cause = %e, "cannot set oom_score_adj");
     }
     Ok(Started {
@@ -300,22 +294,4 @@ pub async fn start(
         stdin,
         tty,
     })
-}
-
-/// Reads the exec-status pipe to EOF without blocking the runtime.
-async fn exec_status(fd: OwnedFd) -> io::Result<Vec<u8>> {
-    sys::set_nonblocking(&fd, true)?;
-    let fd = crate::sys::async_fd(File::from(fd))?;
-    let mut out = Vec::new();
-    loop {
-        let mut ready = fd.readable().await?;
-        let mut buf = [0u8; 16];
-        match ready.try_io(|f| f.get_ref().read(&mut buf)) {
-            Ok(Ok(0)) => return Ok(out),
-            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
-            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_would_block) => {}
-        }
-    }
 }

@@ -1,11 +1,11 @@
 //! Every `unsafe` call of the shim, each wrapped in a small safe function: fork/exec of a process in its
 //! own session, the single `waitpid` call (used only by the reaper), process-group signals, pseudo-
-//! terminals, pipes and process-wide settings (fork/exec itself lives in `sys/exec.rs`). The rest of
-//! the crate denies `unsafe`.
+//! terminals, pipes and process-wide settings (the clone/exec itself lives in `sys/exec.rs`, reads
+//! into uninitialised buffers in `sys/buf.rs`). The rest of the crate denies `unsafe`.
 //!
-//! Fork safety: between `fork` and `execve` the child runs only async-signal-safe libc calls on data
-//! prepared before the fork (C strings, pointer arrays, fds), never allocating or locking, because the
-//! shim is multi-threaded and another thread may hold the allocator's lock at the moment of the fork.
+//! Spawn safety: between `clone` and `execve` the child shares the shim's memory and runs only raw
+//! system calls on data prepared before the clone (C strings, pointer arrays, fds), never allocating
+//! or locking, because the shim is multi-threaded and another thread may hold the allocator's lock.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -36,18 +36,12 @@ pub fn set_pipe_size(fd: &OwnedFd, bytes: usize) -> io::Result<usize> {
     Ok(n as usize)
 }
 
-/// Sets or clears `O_NONBLOCK` on a fd.
+/// Sets or clears `O_NONBLOCK` on a fd (one `FIONBIO` call rather than a read and a write of the
+/// flags: a spawn does this for every pipe).
 pub fn set_nonblocking(fd: &OwnedFd, on: bool) -> io::Result<()> {
-    let raw = fd.as_raw_fd();
-    // SAFETY: fcntl on a valid, owned fd.
-    let flags = cvt(unsafe { libc::fcntl(raw, libc::F_GETFL) })?;
-    let flags = if on {
-        flags | libc::O_NONBLOCK
-    } else {
-        flags & !libc::O_NONBLOCK
-    };
-    // SAFETY: as above.
-    cvt(unsafe { libc::fcntl(raw, libc::F_SETFL, flags) })?;
+    let on = libc::c_int::from(on);
+    // SAFETY: FIONBIO reads one int from a valid pointer; the fd is valid and owned.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONBIO, &on) })?;
     Ok(())
 }
 
@@ -186,8 +180,20 @@ pub fn is_dumpable() -> io::Result<bool> {
     Ok(cvt(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) })? != 0)
 }
 
+/// The open-files limit the shim started with, recorded by [`raise_nofile_limit`] for children.
+static ORIGINAL_NOFILE: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
+
+/// The open-files limit a child must get back: the one the shim started with, if the shim raised
+/// its own (children must not inherit a limit raised for the shim's thousands of streams).
+pub(crate) fn child_nofile_limit() -> Option<libc::rlimit> {
+    ORIGINAL_NOFILE
+        .get()
+        .copied()
+        .filter(|o| o.rlim_cur != o.rlim_max)
+}
+
 /// Raises the soft limit of open files to the hard limit (2,000 followed processes need several
-/// thousand fds), returning the new soft limit.
+/// thousand fds), returning the new soft limit. Processes started later get the original limit.
 pub fn raise_nofile_limit() -> io::Result<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -195,6 +201,10 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
     };
     // SAFETY: valid out-pointer.
     cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    let original = *ORIGINAL_NOFILE.get_or_init(|| lim);
+    if original.rlim_cur == lim.rlim_max {
+        return Ok(lim.rlim_cur);
+    }
     lim.rlim_cur = lim.rlim_max;
     // SAFETY: valid in-pointer.
     cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) })?;
@@ -214,10 +224,13 @@ pub fn geteuid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+mod buf;
 mod exec;
 pub mod fs;
 
-pub use exec::{ChildStdio, Credentials, Exec, Forked, Stage, decode_exec_status, fork_exec};
+pub use buf::read_spare;
+
+pub use exec::{ChildStdio, Credentials, Exec, Forked, Stage, fork_exec};
 
 #[cfg(test)]
 mod tests;

@@ -84,8 +84,14 @@ fn boundaries_match_frame_starts_exactly() {
     assert!(!log.is_boundary(end + 8).expect("past end"));
     // A decoder started at any boundary sees whole frames to the end.
     let mut d = Decoder::new(starts[50]);
-    d.push(&log.read(starts[50], usize::MAX).expect("read"));
-    while d.next_frame().expect("frame").is_some() {}
+    let mut at = starts[50];
+    while at < end {
+        let chunk = log.read(at, usize::MAX).expect("read");
+        assert!(!chunk.is_empty() && chunk.len() <= IO_CHUNK);
+        at += chunk.len() as u64;
+        d.push(&chunk);
+        while d.next_frame().expect("frame").is_some() {}
+    }
     assert_eq!(d.offset(), end);
     std::fs::remove_dir_all(dir).ok();
 }
@@ -116,4 +122,44 @@ fn exit_frame_completes_and_later_appends_are_ignored() {
     let st = *rx.borrow_and_update();
     assert!(st.complete);
     assert_eq!(st.end, 9 + 8 + 10);
+}
+
+#[test]
+fn chunk_reads_reuse_pooled_buffers_and_small_reads_do_not_pin_them() {
+    let dir = temp_dir("pool");
+    let log = OutputLog::new(Arc::new(Budget::new(1024 * 1024)), dir.clone());
+    let (all, _) = fill(&log, 40);
+    let first = log.read(0, IO_CHUNK).expect("read");
+    assert_eq!(first.len(), IO_CHUNK);
+    let ptr = first.as_ptr();
+    drop(first);
+    assert!(pool::idle() >= 1, "a dropped chunk returns its buffer");
+    // Another chunk-sized read, from the spill file this time, lands in a buffer from the pool.
+    let at = all.len() as u64 - IO_CHUNK as u64;
+    let second = log.read(at, IO_CHUNK).expect("read");
+    assert_eq!(&second[..], &all[at as usize..]);
+    let reused = second.as_ptr() == ptr;
+    drop(second);
+    // Other tests share the pool; only a pool emptied by them can hand out another buffer.
+    assert!(reused || pool::idle() > 1);
+    // A small read takes an exact allocation, never a chunk-sized buffer.
+    let small = log.read(3, 100).expect("read");
+    assert_eq!(&small[..], &all[3..103]);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn spill_files_have_no_name_in_the_data_dir() {
+    let dir = temp_dir("tmpfile");
+    for file in [spill::open(&dir), spill::open_named(&dir)] {
+        let file = file.expect("spill file");
+        file.write_all_at(b"spilled", 4096).expect("write");
+        let mut back = [0u8; 7];
+        file.read_exact_at(&mut back, 4096).expect("read");
+        assert_eq!(&back, b"spilled");
+        assert_eq!(std::fs::read_dir(&dir).expect("ls").count(), 0);
+    }
+    // A data directory that is not one fails cleanly, with no fallback that could write elsewhere.
+    assert!(spill::open(&dir.join("missing")).is_err());
+    std::fs::remove_dir_all(dir).ok();
 }

@@ -1,11 +1,10 @@
-//! fork/exec of a process in its own session: everything prepared before the fork, only
-//! async-signal-safe calls after it, and the exec status reported through a close-on-exec pipe.
+//! Starting a process in its own session with `clone(CLONE_VM | CLONE_VFORK)`: everything prepared
+//! before the clone, only raw system calls in the child, every signal blocked until the child has
+//! reset the dispositions it inherited, and a failed set-up reported through the shared memory.
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-
-use super::pipe;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// What the child does with its standard streams.
 #[derive(Debug)]
@@ -54,11 +53,12 @@ pub struct Exec {
     pub stdio: ChildStdio,
 }
 
-/// The step of the child's set-up that failed, reported through the exec-status pipe.
+/// The step of the child's set-up that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Stage {
-    /// Session, terminal or fd set-up.
-    Setup,
+    /// Session, terminal, fd or limit set-up.
+    Setup = 0,
     /// setgroups/setgid/setuid.
     Credentials,
     /// chdir.
@@ -67,42 +67,59 @@ pub enum Stage {
     Exec,
 }
 
-/// A started child: its pid and the read end of the exec-status pipe, which reaches EOF when `execve`
-/// succeeded and carries 5 bytes (stage, errno) when it did not.
+/// A started child: its pid, and why its set-up failed if it did. `clone` with `CLONE_VFORK` returns
+/// only once the child has exec'd or exited, so the outcome is known when [`fork_exec`] returns.
 #[derive(Debug)]
 pub struct Forked {
-    /// Pid of the child; also its process group and session id.
+    /// Pid of the child; also its process group and session id. A child whose set-up failed has
+    /// exited with status 127 and must still be reaped.
     pub pid: i32,
-    /// Read end of the exec-status pipe (close-on-exec, blocking).
-    pub status_pipe: OwnedFd,
+    /// The set-up step that failed and its error; `None` when `execve` succeeded.
+    pub failed: Option<(Stage, io::Error)>,
 }
 
-/// The child side of a fork: set up and exec, or report (stage, errno) and `_exit(127)`.
-/// Only async-signal-safe calls; every pointer was prepared by the parent.
-unsafe fn child_after_fork(
-    argv: &[*const libc::c_char],
-    envp: &[*const libc::c_char],
-    ex: &Exec,
-    groups: &[libc::gid_t],
-    ignored: &[libc::c_int],
-    report: RawFd,
-) -> ! {
+/// Bytes of the child's stack, which lives on the parent's stack: the parent is suspended until the
+/// child execs or exits, and the child makes only raw system calls.
+const CHILD_STACK: usize = 32 * 1024;
+
+/// Everything the child reads, prepared by the parent; the child writes only `report`.
+struct ChildArgs<'a> {
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+    ex: &'a Exec,
+    groups: &'a [libc::gid_t],
+    reset: &'a [libc::c_int],
+    nofile: Option<libc::rlimit>,
+    /// (stage + 1, errno) of a failed set-up; stage 0 means none. The parent reads it after the
+    /// child has exited; a successful exec leaves it untouched (the memory is no longer shared).
+    report: (u8, i32),
+}
+
+/// The child side of the `clone`: set up and exec, or record (stage, errno) and `_exit(127)`.
+/// It shares the parent's memory, so it runs only raw system calls on data prepared by the parent:
+/// no allocation, no lock, no libc wrapper with process-wide state (musl's `setuid` would try to
+/// synchronise threads that are not the child's).
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the parent's `ChildArgs`, alive and not touched by the suspended parent.
+    let a = unsafe { &mut *arg.cast::<ChildArgs<'_>>() };
+    let ok = |r: libc::c_long| r != -1;
+    // SAFETY (all of this block): raw system calls on memory the parent prepared.
+    let stage = unsafe { set_up_and_exec(a, ok) };
+    // execve returned, or a step failed: errno is the parent thread's (shared TLS), only read here.
+    let errno = unsafe { *libc::__errno_location() };
+    a.report = (stage as u8 + 1, errno);
+    // SAFETY: ends the child only (it is its own thread group).
+    unsafe { libc::_exit(127) }
+}
+
+/// The child's set-up, ending in `execve`; returns the stage that failed.
+unsafe fn set_up_and_exec(a: &ChildArgs<'_>, ok: impl Fn(libc::c_long) -> bool) -> Stage {
     unsafe {
-        let fail = |stage: Stage| -> ! {
-            let errno = *libc::__errno_location();
-            let mut msg = [0u8; 5];
-            msg[0] = stage as u8;
-            msg[1..].copy_from_slice(&errno.to_be_bytes());
-            libc::write(report, msg.as_ptr().cast(), msg.len());
-            libc::_exit(127)
-        };
-        // Signals: the shim ignores SIGPIPE and may block others; a child starts from defaults.
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-        // execve resets caught signals to their defaults itself; only ignored ones survive it.
-        for &sig in ignored {
-            let dfl = KernelSigaction::default();
+        // Every signal is blocked (the parent blocked them all around the clone). A handler of the
+        // parent must never run here, in shared memory: reset every caught and ignored signal to
+        // its default before unblocking, so a child starts from defaults.
+        let dfl = KernelSigaction::default();
+        for &sig in a.reset {
             libc::syscall(
                 libc::SYS_rt_sigaction,
                 sig,
@@ -111,52 +128,83 @@ unsafe fn child_after_fork(
                 8usize,
             );
         }
-        if libc::setsid() == -1 {
-            fail(Stage::Setup);
+        let empty: u64 = 0;
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &empty,
+            std::ptr::null_mut::<u64>(),
+            8usize,
+        );
+        if !ok(libc::syscall(libc::SYS_setsid)) {
+            return Stage::Setup;
         }
-        let (i, o, e) = match &ex.stdio {
+        let (i, o, e) = match &a.ex.stdio {
             ChildStdio::Fds {
                 stdin,
                 stdout,
                 stderr,
             } => (stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()),
             ChildStdio::Tty { slave } => {
-                if libc::ioctl(slave.as_raw_fd(), libc::TIOCSCTTY, 0) == -1 {
-                    fail(Stage::Setup);
+                let s = slave.as_raw_fd();
+                if !ok(libc::syscall(libc::SYS_ioctl, s, libc::TIOCSCTTY, 0)) {
+                    return Stage::Setup;
                 }
-                (slave.as_raw_fd(), slave.as_raw_fd(), slave.as_raw_fd())
+                (s, s, s)
             }
         };
         // All source fds are > 2 (the shim keeps its own 0-2 open) and close-on-exec; dup2 gives
         // the copies on 0-2 no close-on-exec flag, so only they survive the exec.
         for (src, dst) in [(i, 0), (o, 1), (e, 2)] {
-            if libc::dup2(src, dst) == -1 {
-                fail(Stage::Setup);
+            if !ok(libc::syscall(libc::SYS_dup2, src, dst)) {
+                return Stage::Setup;
             }
         }
-        if let Some(c) = &ex.creds
-            && (libc::setgroups(groups.len(), groups.as_ptr()) == -1
-                || libc::setgid(c.gid) == -1
-                || libc::setuid(c.uid) == -1)
+        // The shim raised its own open-files limit; the step gets the one the shim was given.
+        if let Some(lim) = &a.nofile
+            && !ok(libc::syscall(
+                libc::SYS_prlimit64,
+                0,
+                libc::RLIMIT_NOFILE,
+                lim,
+                std::ptr::null_mut::<libc::rlimit>(),
+            ))
         {
-            fail(Stage::Credentials);
+            return Stage::Setup;
         }
-        if let Some(dir) = &ex.dir
-            && libc::chdir(dir.as_ptr()) == -1
+        if let Some(c) = &a.ex.creds
+            && (!ok(libc::syscall(
+                libc::SYS_setgroups,
+                a.groups.len(),
+                a.groups.as_ptr(),
+            )) || !ok(libc::syscall(libc::SYS_setgid, c.gid))
+                || !ok(libc::syscall(libc::SYS_setuid, c.uid)))
         {
-            fail(Stage::Chdir);
+            return Stage::Credentials;
         }
-        libc::execve(ex.path.as_ptr(), argv.as_ptr(), envp.as_ptr());
-        fail(Stage::Exec)
+        if let Some(dir) = &a.ex.dir
+            && !ok(libc::syscall(libc::SYS_chdir, dir.as_ptr()))
+        {
+            return Stage::Chdir;
+        }
+        libc::syscall(
+            libc::SYS_execve,
+            a.ex.path.as_ptr(),
+            a.argv.as_ptr(),
+            a.envp.as_ptr(),
+        );
+        Stage::Exec
     }
 }
 
-/// The signals this process ignores (SIGPIPE, by the Rust runtime's choice, and whatever the shim
-/// inherited ignored), read once: they are the only dispositions that survive `execve`, so the
-/// only ones a child must reset, instead of one syscall per signal on every spawn.
-fn ignored_signals() -> &'static [libc::c_int] {
-    static IGNORED: std::sync::OnceLock<Vec<libc::c_int>> = std::sync::OnceLock::new();
-    IGNORED.get_or_init(|| {
+/// The signals a child must reset before unblocking: every one this process catches (tokio's
+/// SIGCHLD, SIGTERM and SIGINT; std's SIGSEGV and SIGBUS) or ignores (SIGPIPE, and whatever the shim
+/// inherited ignored). Read once, at the first spawn: the shim installs every handler at start-up,
+/// before it serves a request, and a handler installed later must be added here. Six system calls
+/// per spawn instead of one per signal.
+fn signals_to_reset() -> &'static [libc::c_int] {
+    static RESET: std::sync::OnceLock<Vec<libc::c_int>> = std::sync::OnceLock::new();
+    RESET.get_or_init(|| {
         (1..=64)
             .filter(|&sig| {
                 let mut old = KernelSigaction::default();
@@ -172,7 +220,7 @@ fn ignored_signals() -> &'static [libc::c_int] {
                         8usize,
                     )
                 };
-                r == 0 && old.handler == libc::SIG_IGN
+                r == 0 && old.handler != libc::SIG_DFL
             })
             .collect()
     })
@@ -188,8 +236,10 @@ struct KernelSigaction {
     mask: u64,
 }
 
-/// Forks a child that sets up `ex` and execs it. The child fds in `ex.stdio` stay open in the parent
-/// until `ex` is dropped; callers drop it right after this returns.
+/// Starts a child that sets up `ex` and execs it, with `clone(CLONE_VM | CLONE_VFORK)`: no copy of
+/// the shim's page tables (a `fork` costs ~150 µs more here), and the outcome is known on return.
+/// The child fds in `ex.stdio` stay open in the parent until `ex` is dropped; callers drop it right
+/// after this returns.
 pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
     let argv: Vec<*const libc::c_char> = ex
         .argv
@@ -208,36 +258,66 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
         .as_ref()
         .map(|c| c.groups.clone())
         .unwrap_or_default();
-    let ignored = ignored_signals();
-    let (status_read, status_write) = pipe()?;
-    // SAFETY: the child branch runs only async-signal-safe calls on memory prepared above and never
-    // returns; the parent branch continues normally.
-    let pid = unsafe { libc::fork() };
-    if pid == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        // SAFETY: see above; this call never returns.
-        unsafe { child_after_fork(&argv, &envp, ex, &groups, ignored, status_write.as_raw_fd()) }
-    }
-    drop(status_write);
-    Ok(Forked {
-        pid,
-        status_pipe: status_read,
-    })
-}
-
-/// Decodes the exec-status message: `None` for success (EOF), else the failed stage and error.
-pub fn decode_exec_status(msg: &[u8]) -> Option<(Stage, io::Error)> {
-    if msg.len() < 5 {
-        return None;
-    }
-    let stage = match msg[0] {
-        1 => Stage::Credentials,
-        2 => Stage::Chdir,
-        3 => Stage::Exec,
-        _ => Stage::Setup,
+    let mut args = ChildArgs {
+        argv: &argv,
+        envp: &envp,
+        ex,
+        groups: &groups,
+        reset: signals_to_reset(),
+        nofile: super::child_nofile_limit(),
+        report: (0, 0),
     };
-    let errno = i32::from_be_bytes([msg[1], msg[2], msg[3], msg[4]]);
-    Some((stage, io::Error::from_raw_os_error(errno)))
+    let mut stack = std::mem::MaybeUninit::<[u8; CHILD_STACK]>::uninit();
+    // The stack grows down: the child starts at the top, 16-byte aligned as the ABI wants.
+    let top = ((stack.as_mut_ptr() as usize + CHILD_STACK) & !15) as *mut libc::c_void;
+    let all: u64 = !0;
+    let mut old: u64 = 0;
+    // SAFETY: blocks every signal in this thread (raw, so libc's own are included) until the child
+    // has exec'd, so no handler of ours runs in the child's shared memory before it resets them.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &all,
+            &mut old,
+            8usize,
+        );
+    }
+    // SAFETY: the child runs `child_main` on `stack`, which outlives it (this thread is suspended
+    // until the child execs or exits), and reads only `args`, alive for the same span.
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&raw mut args).cast(),
+        )
+    };
+    let clone_err = io::Error::last_os_error();
+    // SAFETY: restores this thread's mask as it was.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &old,
+            std::ptr::null_mut::<u64>(),
+            8usize,
+        );
+    }
+    if pid == -1 {
+        return Err(clone_err);
+    }
+    // SAFETY: the child wrote `report` (if at all) before it exited; read it as memory another
+    // task changed.
+    let (stage, errno) = unsafe { std::ptr::read_volatile(&raw const args.report) };
+    let failed = (stage != 0).then(|| {
+        let stage = match stage - 1 {
+            1 => Stage::Credentials,
+            2 => Stage::Chdir,
+            3 => Stage::Exec,
+            _ => Stage::Setup,
+        };
+        (stage, io::Error::from_raw_os_error(errno))
+    });
+    Ok(Forked { pid, failed })
 }
