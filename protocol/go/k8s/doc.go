@@ -16,5 +16,7 @@
 //     Delete, Shim.
 //   - gc.go: GC by desired set with a grace period, Retire, and Check (SelfSubjectAccessReview).
 //
-// The golden files in protocol/testdata are shared with the Rust controller's tests.
+// Tests: golden_test.go checks the files in protocol/testdata, shared with the Rust controller's
+// controller/tests/golden.rs (pod, token, readiness verdicts); unit_test.go the pure rules;
+// cluster_test.go (build tag cluster) runs against a real cluster from tests/cluster/tests.d/30-go-kit.
 package k8s

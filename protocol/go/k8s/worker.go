@@ -73,7 +73,8 @@ func Clientset(kubeconfig string) (kubernetes.Interface, error) {
 }
 
 // NewWorker starts the worker's informer and returns once its first list is in the cache, or an error
-// if it is not within cfg.SyncTimeout (apiserver down, no list/watch right on pods, ...).
+// if it is not within cfg.SyncTimeout or ctx (apiserver down, no list/watch right on pods, ...). ctx
+// bounds only that start; the informer runs, and re-lists by itself after errors, until Close.
 func NewWorker(ctx context.Context, cs kubernetes.Interface, cfg Config) (*Worker, error) {
 	if cfg.Namespace == "" || LabelValue(cfg.Worker) == "" {
 		return nil, errors.New("k8s: worker config needs a namespace and a worker name")
@@ -148,7 +149,9 @@ func (w *Worker) Namespace() string { return w.namespace }
 // Token is the bearer token of the worker's pod name.
 func (w *Worker) Token(pod string) string { return w.key.Token(w.namespace, pod) }
 
-// Create creates the step pod for spec, its shim accepting the pod's token.
+// Create creates the step pod for spec, its shim accepting the pod's token. An invalid spec is an
+// error before any request; a pod of that name already there is the API's AlreadyExists error
+// (apierrors.IsAlreadyExists), which a caller retrying a create may take as done.
 func (w *Worker) Create(ctx context.Context, spec StepSpec) (*corev1.Pod, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
