@@ -1,0 +1,142 @@
+// Garbage collection, retirement and the credentials check of a worker, as the Rust controller's gc.rs.
+//
+// GC reads the informer's cache (no list per tick) and deletes the worker's pods that are not in the
+// desired set once they are older than a grace period, so a pod another request is creating right now
+// is never collected. Retire deletes every pod of the worker. Check confirms the apiserver answers and,
+// with SelfSubjectAccessReview, that the credentials hold the pod verbs a worker needs and none of the
+// exec family it must not need.
+
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	authv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// PodVerbs are the verbs on pods a worker needs (the Role `stepctl manifests` prints grants them).
+var PodVerbs = []string{"get", "list", "watch", "create", "delete"}
+
+// Unneeded are the rights a worker never uses, as resource/subresource and verb: holding them is
+// over-privileged.
+var Unneeded = [][2]string{
+	{"pods/exec", "create"},
+	{"pods/attach", "create"},
+	{"pods/portforward", "create"},
+}
+
+// SelectGarbage is the names of the pods to collect at now: not in desired, not already being deleted,
+// and at least grace old (a pod without a creation time counts as new). Pure, so the rule is tested
+// apart from the cluster.
+func SelectGarbage(pods []*corev1.Pod, desired map[string]bool, grace time.Duration, now time.Time) []string {
+	var out []string
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || desired[p.Name] {
+			continue
+		}
+		age := time.Duration(0)
+		if !p.CreationTimestamp.IsZero() {
+			age = max(now.Sub(p.CreationTimestamp.Time), 0)
+		}
+		if age >= grace {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
+// GC deletes the worker's pods whose names are not in desired and that are at least grace old; it
+// returns the names it deleted (or was deleting when an error stopped it).
+func (w *Worker) GC(ctx context.Context, desired []string, grace time.Duration) ([]string, error) {
+	want := make(map[string]bool, len(desired))
+	for _, d := range desired {
+		want[d] = true
+	}
+	chosen := SelectGarbage(w.List(), want, grace, time.Now())
+	for i, name := range chosen {
+		if err := w.Delete(ctx, name); err != nil {
+			return chosen[:i+1], fmt.Errorf("k8s: gc: delete %s: %w", name, err)
+		}
+	}
+	return chosen, nil
+}
+
+// Retire deletes every pod of the worker; it returns their names.
+func (w *Worker) Retire(ctx context.Context) ([]string, error) {
+	return w.GC(ctx, nil, 0)
+}
+
+// Access is the answer to one access check.
+type Access struct {
+	Resource string `json:"resource"`
+	Verb     string `json:"verb"`
+	Allowed  bool   `json:"allowed"`
+}
+
+// Health is the result of Check.
+type Health struct {
+	ServerVersion string `json:"serverVersion"`
+	Namespace     string `json:"namespace"`
+	// Needed are the pod verbs, with their answers; every one must be allowed.
+	Needed []Access `json:"needed"`
+	// Unneeded are the exec family's rights, with their answers; an allowed one is a warning.
+	Unneeded []Access `json:"unneeded"`
+	// OK says every needed verb is allowed.
+	OK bool `json:"ok"`
+}
+
+// Warnings names the rights held but never needed, one line each.
+func (h *Health) Warnings() []string {
+	var out []string
+	for _, a := range h.Unneeded {
+		if a.Allowed {
+			out = append(out, fmt.Sprintf("%s %s is allowed but never needed", a.Verb, a.Resource))
+		}
+	}
+	return out
+}
+
+// Check asks the apiserver's version and, by SelfSubjectAccessReview, which of the needed and the
+// unneeded rights the worker's credentials hold in its namespace.
+func (w *Worker) Check(ctx context.Context) (*Health, error) {
+	v, err := w.cs.Discovery().ServerVersion()
+	if err != nil {
+		return nil, fmt.Errorf("k8s: server version: %w", err)
+	}
+	h := &Health{ServerVersion: v.GitVersion, Namespace: w.namespace, OK: true}
+	for _, verb := range PodVerbs {
+		a, err := w.review(ctx, "pods", verb)
+		if err != nil {
+			return nil, err
+		}
+		h.Needed = append(h.Needed, a)
+		h.OK = h.OK && a.Allowed
+	}
+	for _, u := range Unneeded {
+		a, err := w.review(ctx, u[0], u[1])
+		if err != nil {
+			return nil, err
+		}
+		h.Unneeded = append(h.Unneeded, a)
+	}
+	return h, nil
+}
+
+func (w *Worker) review(ctx context.Context, resource, verb string) (Access, error) {
+	res, sub, _ := strings.Cut(resource, "/")
+	r := &authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authv1.ResourceAttributes{
+			Namespace: w.namespace, Resource: res, Subresource: sub, Verb: verb,
+		},
+	}}
+	answer, err := w.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, r, metav1.CreateOptions{})
+	if err != nil {
+		return Access{}, fmt.Errorf("k8s: access review %s %s: %w", verb, resource, err)
+	}
+	return Access{Resource: resource, Verb: verb, Allowed: answer.Status.Allowed}, nil
+}

@@ -1,0 +1,263 @@
+// The step pod: the user's image with stepshim as PID 1 of its main container, the shim delivered by
+// an init container (copying it out of the shim image into an emptyDir) or by a ConfigMap, a /healthz
+// readiness probe, and the pod's labels, resources and security settings. It must stay the same pod
+// as the Rust controller's podspec::build_pod; podspec_test.go and controller/tests/golden.rs compare
+// both to protocol/testdata/steppod-*.json.
+
+package k8s
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Names shared with the shim and the Rust controller (protocol/src/settings.rs, PROTOCOL.md section 7).
+const (
+	// WorkerLabel is the label every pod of a worker carries; the informer and GC select on it.
+	WorkerLabel = "org.concourse-ci.worker"
+	// BuildLabel is the label and annotation naming the build.
+	BuildLabel = "org.concourse-ci.build"
+	// StepLabel is the label and annotation naming the step.
+	StepLabel = "org.concourse-ci.step"
+	// ShimPort is the port the shim serves on inside the pod.
+	ShimPort = 7777
+	// ShimDir is where the shim binary is mounted in the main container.
+	ShimDir = "/.stepshim"
+	// ConfigMapKey is the key of the shim binary in the shim ConfigMap.
+	ConfigMapKey = "stepshim"
+	// EnvTokenSHA256 carries the hex SHA-256 of the pod's bearer token.
+	EnvTokenSHA256 = "STEPSHIM_TOKEN_SHA256"
+	// EnvListen is the shim's listen address.
+	EnvListen = "STEPSHIM_LISTEN"
+	// ProbePath is the shim's unauthenticated liveness route, used by the readiness probe.
+	ProbePath = "/healthz"
+)
+
+// Delivery says how the shim binary reaches the main container. Build one with InitContainer or
+// FromConfigMap; the zero value is invalid.
+type Delivery struct {
+	initImage string
+	configMap string
+}
+
+// InitContainer delivers the shim by an init container from image (FROM scratch plus /stepshim)
+// running "/stepshim install" into an emptyDir.
+func InitContainer(image string) Delivery { return Delivery{initImage: image} }
+
+// FromConfigMap delivers the shim from the ConfigMap name holding the binary under the key "stepshim"
+// (see `stepctl manifests --shim-configmap`).
+func FromConfigMap(name string) Delivery { return Delivery{configMap: name} }
+
+// String names the delivery as a log line would.
+func (d Delivery) String() string {
+	if d.configMap != "" {
+		return "configmap " + d.configMap
+	}
+	return "init container " + d.initImage
+}
+
+// EnvVar is one environment variable of the main container; order is kept.
+type EnvVar struct {
+	Name, Value string
+}
+
+// StepSpec describes a step pod. Zero values are the defaults: no build or step labels, no resources,
+// the image's user, unprivileged, no service account and no token mounted, IfNotPresent.
+type StepSpec struct {
+	// Name is the pod name (a DNS label).
+	Name string
+	// Image is the step's image.
+	Image string
+	// Build and Step name the build and step owning the pod; empty means none.
+	Build, Step string
+	// Env is the main container's environment; every process the shim spawns inherits it.
+	Env []EnvVar
+	// CPU and Memory are both the request and the limit (e.g. "500m", "1Gi"); empty means none.
+	CPU, Memory string
+	// RunAsUser and RunAsGroup set the main container's ids (the shim's and, by default, every
+	// process's); nil keeps the image's.
+	RunAsUser, RunAsGroup *int64
+	// Privileged makes the main container privileged.
+	Privileged bool
+	// NodeSelector and Tolerations place the pod.
+	NodeSelector map[string]string
+	Tolerations  []corev1.Toleration
+	// ServiceAccount is the pod's service account, if the step needs one.
+	ServiceAccount string
+	// AutomountServiceAccountToken mounts the service account token (off by default: steps should not
+	// talk to the cluster).
+	AutomountServiceAccountToken bool
+	// ImagePullPolicy of the step image; empty means IfNotPresent.
+	ImagePullPolicy corev1.PullPolicy
+	// Delivery says how the shim reaches the pod.
+	Delivery Delivery
+}
+
+// LabelValue makes a label value of free text: at most 63 characters of [A-Za-z0-9._-] (others become
+// '_'), alphanumeric at both ends.
+func LabelValue(s string) string {
+	var b strings.Builder
+	n := 0
+	for _, c := range s {
+		if n == 63 {
+			break
+		}
+		n++
+		if c < 0x80 && (isAlnum(byte(c)) || c == '.' || c == '_' || c == '-') {
+			b.WriteRune(c)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return strings.TrimFunc(b.String(), func(c rune) bool { return c >= 0x80 || !isAlnum(byte(c)) })
+}
+
+func isAlnum(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// Validate reports what would make StepPod panic or the apiserver refuse the pod outright: no name,
+// no image, no delivery, or a CPU or memory quantity that does not parse.
+func (s StepSpec) Validate() error {
+	switch {
+	case s.Name == "":
+		return fmt.Errorf("k8s: step spec without a pod name")
+	case s.Image == "":
+		return fmt.Errorf("k8s: step spec %s without an image", s.Name)
+	case s.Delivery == Delivery{}:
+		return fmt.Errorf("k8s: step spec %s without a shim delivery (use InitContainer or FromConfigMap)", s.Name)
+	}
+	for what, q := range map[string]string{"cpu": s.CPU, "memory": s.Memory} {
+		if _, err := resource.ParseQuantity(q); q != "" && err != nil {
+			return fmt.Errorf("k8s: step spec %s: %s %q: %w", s.Name, what, q, err)
+		}
+	}
+	return nil
+}
+
+// StepPod is the pod for spec, owned by worker, whose shim accepts the token hashing to tokenSHA256
+// (see Key.TokenSHA256). It panics on a spec that Validate rejects; Worker.Create validates first.
+func StepPod(spec StepSpec, worker, tokenSHA256 string) *corev1.Pod {
+	labels := map[string]string{WorkerLabel: LabelValue(worker)}
+	annotations := map[string]string{}
+	for _, kv := range [][2]string{{BuildLabel, spec.Build}, {StepLabel, spec.Step}} {
+		if kv[1] != "" {
+			labels[kv[0]] = LabelValue(kv[1])
+			annotations[kv[0]] = kv[1]
+		}
+	}
+	volume, init := delivery(spec.Delivery)
+	env := []corev1.EnvVar{
+		{Name: EnvTokenSHA256, Value: tokenSHA256},
+		{Name: EnvListen, Value: fmt.Sprintf("0.0.0.0:%d", ShimPort)},
+	}
+	for _, e := range spec.Env {
+		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
+	}
+	pull := spec.ImagePullPolicy
+	if pull == "" {
+		pull = corev1.PullIfNotPresent
+	}
+	main := corev1.Container{
+		Name:            "step",
+		Image:           spec.Image,
+		ImagePullPolicy: pull,
+		Command:         []string{ShimDir + "/stepshim"},
+		Env:             env,
+		Ports:           []corev1.ContainerPort{{Name: "stepshim", ContainerPort: ShimPort}},
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: ProbePath,
+				Port: intstr.FromInt32(ShimPort),
+			}},
+			PeriodSeconds:    1,
+			FailureThreshold: 3,
+		},
+		SecurityContext: &corev1.SecurityContext{
+			Privileged: ptr(spec.Privileged),
+			RunAsUser:  spec.RunAsUser,
+			RunAsGroup: spec.RunAsGroup,
+		},
+		Resources:    resources(spec.CPU, spec.Memory),
+		VolumeMounts: []corev1.VolumeMount{{Name: "stepshim", MountPath: ShimDir, ReadOnly: true}},
+	}
+	pod := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        spec.Name,
+			Labels:      labels,
+			Annotations: annotations,
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr(spec.AutomountServiceAccountToken),
+			ServiceAccountName:           spec.ServiceAccount,
+			// The shim TERMs its processes and waits its own grace (10 s) on SIGTERM.
+			TerminationGracePeriodSeconds: ptr(int64(15)),
+			EnableServiceLinks:            ptr(false),
+			Containers:                    []corev1.Container{main},
+			Volumes:                       []corev1.Volume{volume},
+			SecurityContext:               &corev1.PodSecurityContext{},
+		},
+	}
+	if init != nil {
+		pod.Spec.InitContainers = []corev1.Container{*init}
+	}
+	if len(spec.NodeSelector) > 0 {
+		pod.Spec.NodeSelector = spec.NodeSelector
+	}
+	if len(spec.Tolerations) > 0 {
+		pod.Spec.Tolerations = spec.Tolerations
+	}
+	return pod
+}
+
+// delivery is the shim volume and, for init-container delivery, the container filling it.
+func delivery(d Delivery) (corev1.Volume, *corev1.Container) {
+	switch {
+	case d.configMap != "":
+		return corev1.Volume{
+			Name: "stepshim",
+			VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: d.configMap},
+				Items:                []corev1.KeyToPath{{Key: ConfigMapKey, Path: "stepshim", Mode: ptr(int32(0o555))}},
+				DefaultMode:          ptr(int32(0o555)),
+			}},
+		}, nil
+	case d.initImage != "":
+		return corev1.Volume{
+				Name:         "stepshim",
+				VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
+			}, &corev1.Container{
+				Name:            "stepshim-install",
+				Image:           d.initImage,
+				ImagePullPolicy: corev1.PullIfNotPresent,
+				Command:         []string{"/stepshim", "install", ShimDir + "/stepshim"},
+				VolumeMounts:    []corev1.VolumeMount{{Name: "stepshim", MountPath: ShimDir}},
+			}
+	default:
+		panic("k8s: StepSpec.Delivery not set (use InitContainer or FromConfigMap)")
+	}
+}
+
+// resources is requests = limits for the quantities given (Validate has checked that they parse).
+func resources(cpu, memory string) corev1.ResourceRequirements {
+	q := corev1.ResourceList{}
+	if cpu != "" {
+		q[corev1.ResourceCPU] = resource.MustParse(cpu)
+	}
+	if memory != "" {
+		q[corev1.ResourceMemory] = resource.MustParse(memory)
+	}
+	if len(q) == 0 {
+		return corev1.ResourceRequirements{}
+	}
+	return corev1.ResourceRequirements{Requests: q, Limits: q.DeepCopy()}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,272 @@
+// Worker: one worker's pods in one namespace, seen through one shared informer filtered by the worker
+// label (list once, then watch; client-go relists with backoff after errors such as an apiserver
+// restart). Every wait, list and GC reads this cache and wakes on its changes; nothing lists pods per
+// tick or polls a pod. Pods are the only API objects it writes.
+
+package k8s
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	shim "stepshim.dev/protocol/go"
+)
+
+// Config names a worker.
+type Config struct {
+	// Namespace of the step pods.
+	Namespace string
+	// Worker is the worker's name, the value (through LabelValue) of the org.concourse-ci.worker label.
+	Worker string
+	// Key derives the pods' tokens; a restarted worker with the same key reaches the same shims.
+	Key Key
+	// SyncTimeout bounds the first list; zero means 30s.
+	SyncTimeout time.Duration
+}
+
+// Worker creates, watches and deletes one worker's step pods and reaches their shims. Methods are safe
+// for concurrent use. Close stops the informer.
+type Worker struct {
+	cs        kubernetes.Interface
+	namespace string
+	worker    string
+	key       Key
+	factory   informers.SharedInformerFactory
+	lister    listersv1.PodNamespaceLister
+	stop      chan struct{}
+	closeOnce sync.Once
+
+	mu sync.Mutex
+	// changed is closed (and replaced) at every event the informer delivers: the waiters' wake-up.
+	changed chan struct{}
+	// watchErr is the informer's last list or watch error, for a clearer sync timeout.
+	watchErr error
+}
+
+// Clientset builds a Kubernetes client from a kubeconfig file; an empty path loads the usual way
+// ($KUBECONFIG, ~/.kube/config, then the in-cluster service account).
+func Clientset(kubeconfig string) (kubernetes.Interface, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("k8s: kubeconfig: %w", err)
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// NewWorker starts the worker's informer and returns once its first list is in the cache, or an error
+// if it is not within cfg.SyncTimeout or ctx (apiserver down, no list/watch right on pods, ...). ctx
+// bounds only that start; the informer runs, and re-lists by itself after errors, until Close.
+func NewWorker(ctx context.Context, cs kubernetes.Interface, cfg Config) (*Worker, error) {
+	if cfg.Namespace == "" || LabelValue(cfg.Worker) == "" {
+		return nil, errors.New("k8s: worker config needs a namespace and a worker name")
+	}
+	if len(cfg.Key.b) < MinKeyLen {
+		return nil, errors.New("k8s: worker config without a key (NewKey, KeyFromFile)")
+	}
+	selector := labels.Set{WorkerLabel: LabelValue(cfg.Worker)}.String()
+	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0,
+		informers.WithNamespace(cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	pods := factory.Core().V1().Pods()
+	w := &Worker{
+		cs: cs, namespace: cfg.Namespace, worker: cfg.Worker, key: cfg.Key, factory: factory,
+		lister: pods.Lister().Pods(cfg.Namespace), stop: make(chan struct{}), changed: make(chan struct{}),
+	}
+	informer := pods.Informer()
+	_ = informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		w.mu.Lock()
+		w.watchErr = err
+		w.mu.Unlock()
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	})
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { w.notify() },
+		UpdateFunc: func(any, any) { w.notify() },
+		DeleteFunc: func(any) { w.notify() },
+	}); err != nil {
+		return nil, fmt.Errorf("k8s: pod informer: %w", err)
+	}
+	factory.Start(w.stop)
+	timeout := cfg.SyncTimeout
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	syncCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), informer.HasSynced) {
+		w.Close()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return nil, fmt.Errorf("k8s: could not list pods in %s within %v: %w", cfg.Namespace, timeout,
+			errors.Join(syncCtx.Err(), w.watchErr))
+	}
+	return w, nil
+}
+
+// Close stops the informer; the Worker must not be used afterwards.
+func (w *Worker) Close() {
+	w.closeOnce.Do(func() {
+		close(w.stop)
+		w.factory.Shutdown()
+	})
+}
+
+func (w *Worker) notify() {
+	w.mu.Lock()
+	close(w.changed)
+	w.changed = make(chan struct{})
+	w.mu.Unlock()
+}
+
+func (w *Worker) changes() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed
+}
+
+// Namespace is the namespace of the worker's pods.
+func (w *Worker) Namespace() string { return w.namespace }
+
+// Token is the bearer token of the worker's pod name.
+func (w *Worker) Token(pod string) string { return w.key.Token(w.namespace, pod) }
+
+// Create creates the step pod for spec, its shim accepting the pod's token. An invalid spec is an
+// error before any request; a pod of that name already there is the API's AlreadyExists error
+// (apierrors.IsAlreadyExists), which a caller retrying a create may take as done.
+func (w *Worker) Create(ctx context.Context, spec StepSpec) (*corev1.Pod, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	pod := StepPod(spec, w.worker, TokenSHA256(w.Token(spec.Name)))
+	return w.cs.CoreV1().Pods(w.namespace).Create(ctx, pod, metav1.CreateOptions{})
+}
+
+// Get is the cached pod name of this worker, or nil.
+func (w *Worker) Get(name string) *corev1.Pod {
+	p, err := w.lister.Get(name)
+	if err != nil {
+		return nil
+	}
+	return p
+}
+
+// List is every cached pod of this worker, sorted by name. The pods are the cache's: do not modify.
+func (w *Worker) List() []*corev1.Pod {
+	pods, _ := w.lister.List(labels.Everything())
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return pods
+}
+
+// Delete deletes pod name; a pod already gone is not an error.
+func (w *Worker) Delete(ctx context.Context, name string) error {
+	err := w.cs.CoreV1().Pods(w.namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// PodFailedError says a pod will never be ready, with Kubernetes' reason and message.
+type PodFailedError struct {
+	Pod, Reason, Message string
+}
+
+func (e *PodFailedError) Error() string {
+	return fmt.Sprintf("pod %s cannot start: %s: %s", e.Pod, e.Reason, e.Message)
+}
+
+// NotReadyError says ctx ended before the pod was ready; Last is what it was waiting for. It unwraps
+// to ctx's error.
+type NotReadyError struct {
+	Pod  string
+	Last Progress
+	Err  error
+}
+
+func (e *NotReadyError) Error() string {
+	return fmt.Sprintf("pod %s not ready: %v; last: %s", e.Pod, e.Err, e.Last)
+}
+
+func (e *NotReadyError) Unwrap() error { return e.Err }
+
+// WaitReady waits until pod name is ready and returns its IP. A pod that will never be ready is a
+// *PodFailedError (ErrImagePull, a failed init container, OOMKilled, ...); ctx ending first is a
+// *NotReadyError saying where the pod was (e.g. unschedulable, with the scheduler's message).
+func (w *Worker) WaitReady(ctx context.Context, name string) (string, error) {
+	return w.WaitProgress(ctx, name, nil)
+}
+
+// WaitProgress is WaitReady calling report (if not nil) at every change of the pod's progress.
+func (w *Worker) WaitProgress(ctx context.Context, name string, report func(Progress)) (string, error) {
+	last := Progress{Stage: Unknown}
+	for {
+		changed := w.changes()
+		p := ProgressOf(w.Get(name))
+		if p != last && report != nil {
+			report(p)
+		}
+		last = p
+		switch p.Stage {
+		case Ready:
+			return p.Detail, nil
+		case Failed:
+			return "", &PodFailedError{Pod: name, Reason: p.Reason, Message: p.Detail}
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return "", &NotReadyError{Pod: name, Last: last, Err: ctx.Err()}
+		}
+	}
+}
+
+// WaitGone waits until pod name is gone from the cache; ctx's error if it ends first.
+func (w *Worker) WaitGone(ctx context.Context, name string) error {
+	for {
+		changed := w.changes()
+		if w.Get(name) == nil {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("k8s: pod %s still there: %w", name, ctx.Err())
+		}
+	}
+}
+
+// Shim is a client for the shim of the cached pod name, at its pod IP, with the pod's token.
+func (w *Worker) Shim(name string) (*shim.Client, error) {
+	pod := w.Get(name)
+	if pod == nil {
+		return nil, fmt.Errorf("k8s: no pod %s of worker %s in %s", name, w.worker, w.namespace)
+	}
+	if pod.Status.PodIP == "" {
+		return nil, fmt.Errorf("k8s: pod %s has no IP yet (%s)", name, ProgressOf(pod))
+	}
+	return w.ShimAt(name, pod.Status.PodIP)
+}
+
+// ShimAt is a client for the shim of pod name at ip.
+func (w *Worker) ShimAt(name, ip string) (*shim.Client, error) {
+	return shim.New("http://"+net.JoinHostPort(ip, strconv.Itoa(ShimPort)), w.Token(name))
+}
