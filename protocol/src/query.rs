@@ -16,6 +16,27 @@ pub const PATH: &str = "path";
 /// The value of a flag that is on.
 pub const ON: &str = "1";
 
+/// A decimal number of seconds (`10`, `0.5`, `2.125`; at most nine fractional digits), read without
+/// floating point. `None` for anything else (signs, exponents, `inf`, junk).
+pub fn parse_seconds(s: &str) -> Option<std::time::Duration> {
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() && frac.is_empty() || !digits(whole) || !digits(frac) || frac.len() > 9 {
+        return None;
+    }
+    let secs: u64 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().ok()?
+    };
+    let nanos: u32 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse::<u32>().ok()? * 10u32.pow(9 - frac.len() as u32)
+    };
+    Some(std::time::Duration::new(secs, nanos))
+}
+
 /// `?name=value` pairs joined into a query string (with its `?`), values percent-encoded; empty
 /// when there are none.
 pub fn build(pairs: &[(&str, &str)]) -> String {
@@ -32,6 +53,34 @@ pub fn build(pairs: &[(&str, &str)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seconds_are_decimal_without_floats() {
+        use std::time::Duration;
+        assert_eq!(parse_seconds("10"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_seconds("0.5"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_seconds(".25"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_seconds("3."), Some(Duration::from_secs(3)));
+        assert_eq!(parse_seconds("1.000000001"), Some(Duration::new(1, 1)));
+        assert_eq!(
+            parse_seconds("99999999999999999999999"),
+            Some(Duration::from_secs(u64::MAX))
+        );
+        for bad in [
+            "",
+            ".",
+            "-1",
+            "+1",
+            "1e3",
+            "inf",
+            "NaN",
+            "1.0000000001",
+            "1,5",
+            " 1",
+        ] {
+            assert_eq!(parse_seconds(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn builds_what_routes_parse() {

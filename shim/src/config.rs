@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use protocol::settings as S;
 use thiserror::Error;
 
 /// The shim's settings.
@@ -84,9 +85,7 @@ pub enum ConfigError {
         reason: String,
     },
     /// A flag the shim does not know.
-    #[error(
-        "unknown argument {0:?} (flags: --listen --token-sha256 --token-sha256-file --insecure-no-auth --data-dir --grace-seconds --drain-seconds --memory-bytes --log --max-processes --max-spec-bytes --max-connections --max-header-bytes --auth-timeout-seconds --oom-score-adj --ready-file --files-max-bytes --files-max-header-bytes --files-max-concurrent --files-idle-timeout)"
-    )]
+    #[error("unknown argument {0:?} (flags: {flags})", flags = flag_list())]
     UnknownArgument(String),
     /// The token file could not be read.
     #[error("cannot read STEPSHIM_TOKEN_SHA256_FILE {path}: {source}")]
@@ -99,42 +98,17 @@ pub enum ConfigError {
     },
 }
 
-const VARS: &[(&str, &str)] = &[
-    ("--listen", "STEPSHIM_LISTEN"),
-    ("--token-sha256", "STEPSHIM_TOKEN_SHA256"),
-    ("--token-sha256-file", "STEPSHIM_TOKEN_SHA256_FILE"),
-    ("--insecure-no-auth", "STEPSHIM_INSECURE_NO_AUTH"),
-    ("--data-dir", "STEPSHIM_DATA_DIR"),
-    ("--grace-seconds", "STEPSHIM_GRACE_SECONDS"),
-    ("--drain-seconds", "STEPSHIM_DRAIN_SECONDS"),
-    ("--memory-bytes", "STEPSHIM_MEMORY_BYTES"),
-    ("--log", "STEPSHIM_LOG"),
-    ("--ready-file", "STEPSHIM_READY_FILE"),
-    ("--max-processes", "STEPSHIM_MAX_PROCESSES"),
-    ("--max-spec-bytes", "STEPSHIM_MAX_SPEC_BYTES"),
-    ("--max-connections", "STEPSHIM_MAX_CONNECTIONS"),
-    ("--max-header-bytes", "STEPSHIM_MAX_HEADER_BYTES"),
-    ("--auth-timeout-seconds", "STEPSHIM_AUTH_TIMEOUT_SECONDS"),
-    ("--oom-score-adj", "STEPSHIM_OOM_SCORE_ADJ"),
-    ("--files-max-bytes", "STEPSHIM_FILES_MAX_BYTES"),
-    (
-        "--files-max-header-bytes",
-        "STEPSHIM_FILES_MAX_HEADER_BYTES",
-    ),
-    ("--files-max-concurrent", "STEPSHIM_FILES_MAX_CONCURRENT"),
-    ("--files-idle-timeout", "STEPSHIM_FILES_IDLE_TIMEOUT"),
-];
-
 impl Config {
     /// Reads the configuration from environment pairs and command-line arguments (without argv[0]).
-    /// Flags (`--name value` or `--name=value`) override variables.
+    /// Flags (`--name value` or `--name=value`) override variables. Names, flags and defaults come
+    /// from `protocol::settings`, the table PROTOCOL.md section 7 documents.
     pub fn from_sources(
         env: impl IntoIterator<Item = (String, String)>,
         args: impl IntoIterator<Item = String>,
     ) -> Result<Config, ConfigError> {
         let mut vals: std::collections::HashMap<&'static str, String> = env
             .into_iter()
-            .filter_map(|(k, v)| VARS.iter().find(|(_, n)| *n == k).map(|(_, n)| (*n, v)))
+            .filter_map(|(k, v)| S::by_var(&k).map(|s| (s.var, v)))
             .collect();
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
@@ -142,12 +116,13 @@ impl Config {
                 Some((f, v)) => (f.to_owned(), Some(v.to_owned())),
                 None => (arg.clone(), None),
             };
-            let Some((_, var)) = VARS.iter().find(|(f, _)| *f == flag) else {
+            let Some(setting) = S::by_flag(&flag) else {
                 return Err(ConfigError::UnknownArgument(arg));
             };
+            let var = setting.var;
             let value = match inline {
                 Some(v) => v,
-                None if *var == "STEPSHIM_INSECURE_NO_AUTH" => "1".to_owned(),
+                None if var == S::INSECURE_NO_AUTH => "1".to_owned(),
                 None => args.next().ok_or(ConfigError::Invalid {
                     name: var,
                     reason: "missing value".into(),
@@ -155,51 +130,50 @@ impl Config {
             };
             vals.insert(var, value);
         }
-        let get = |n: &str| vals.get(n).map(String::as_str).filter(|v| !v.is_empty());
-        let listen = parse(
-            get("STEPSHIM_LISTEN").unwrap_or("0.0.0.0:7777"),
-            "STEPSHIM_LISTEN",
-        )?;
-        let token_sha256 = match (
-            get("STEPSHIM_TOKEN_SHA256"),
-            get("STEPSHIM_TOKEN_SHA256_FILE"),
-        ) {
-            (Some(hex), _) => Some(parse_hex(hex.trim(), "STEPSHIM_TOKEN_SHA256")?),
+        let set = |n: &str| vals.get(n).map(String::as_str).filter(|v| !v.is_empty());
+        // A setting's value, else its documented default (`None` if it has none).
+        let get = |n: &'static str| {
+            set(n).or_else(|| S::by_var(n).map(|s| s.default).filter(|d| !d.is_empty()))
+        };
+        let listen = parse(get(S::LISTEN).unwrap_or_default(), S::LISTEN)?;
+        let token_sha256 = match (get(S::TOKEN_SHA256), get(S::TOKEN_SHA256_FILE)) {
+            (Some(hex), _) => Some(parse_hex(hex.trim(), S::TOKEN_SHA256)?),
             (None, Some(path)) => {
                 let text =
                     std::fs::read_to_string(path).map_err(|source| ConfigError::TokenFile {
                         path: path.to_owned(),
                         source,
                     })?;
-                Some(parse_hex(text.trim(), "STEPSHIM_TOKEN_SHA256_FILE")?)
+                Some(parse_hex(text.trim(), S::TOKEN_SHA256_FILE)?)
             }
-            (None, None) => match get("STEPSHIM_INSECURE_NO_AUTH") {
+            (None, None) => match get(S::INSECURE_NO_AUTH) {
                 Some("1") | Some("true") => None,
                 _ => return Err(ConfigError::NoToken),
             },
         };
-        let data_dir = PathBuf::from(get("STEPSHIM_DATA_DIR").unwrap_or("/tmp"));
+        let data_dir = PathBuf::from(get(S::DATA_DIR).unwrap_or_default());
         if !data_dir.is_absolute() {
             return Err(ConfigError::Invalid {
-                name: "STEPSHIM_DATA_DIR",
+                name: S::DATA_DIR,
                 reason: "must be absolute".into(),
             });
         }
-        let secs = |name: &'static str, default: f64| -> Result<Duration, ConfigError> {
-            let v: f64 = get(name)
-                .map(|s| parse(s, name))
-                .transpose()?
-                .unwrap_or(default);
-            Duration::try_from_secs_f64(v)
-                .ok()
-                .filter(|d| d.as_secs() <= 3600)
+        // Seconds within [lo, 3600], decimal fractions allowed.
+        let secs = |name: &'static str, lo: Duration| -> Result<Duration, ConfigError> {
+            let text = get(name).unwrap_or_default();
+            protocol::query::parse_seconds(text.trim())
+                .filter(|d| *d >= lo && d.as_secs() <= 3600)
                 .ok_or(ConfigError::Invalid {
                     name,
-                    reason: "must be 0 to 3600 seconds".into(),
+                    reason: if lo.is_zero() {
+                        format!("{text:?}: must be 0 to 3600 seconds")
+                    } else {
+                        format!("{text:?}: must be more than 0 and at most 3600 seconds")
+                    },
                 })
         };
-        let log_level = match get("STEPSHIM_LOG")
-            .unwrap_or("info")
+        let log_level = match get(S::LOG)
+            .unwrap_or_default()
             .to_ascii_lowercase()
             .as_str()
         {
@@ -210,93 +184,52 @@ impl Config {
             "trace" => tracing::Level::TRACE,
             other => {
                 return Err(ConfigError::Invalid {
-                    name: "STEPSHIM_LOG",
+                    name: S::LOG,
                     reason: format!("unknown level {other:?}"),
                 });
             }
         };
-        let ranged =
-            |name: &'static str, default: i64, lo: i64, hi: i64| -> Result<i64, ConfigError> {
-                let v: i64 = get(name)
-                    .map(|s| parse(s, name))
-                    .transpose()?
-                    .unwrap_or(default);
-                if (lo..=hi).contains(&v) {
-                    Ok(v)
-                } else {
-                    Err(ConfigError::Invalid {
-                        name,
-                        reason: format!("must be {lo} to {hi}"),
-                    })
-                }
-            };
-        let auth_timeout = secs("STEPSHIM_AUTH_TIMEOUT_SECONDS", 5.0)?;
-        if auth_timeout.is_zero() {
-            return Err(ConfigError::Invalid {
-                name: "STEPSHIM_AUTH_TIMEOUT_SECONDS",
-                reason: "must be above 0".into(),
-            });
-        }
+        // An integer within [lo, hi].
+        let ranged = |name: &'static str, lo: i64, hi: i64| -> Result<i64, ConfigError> {
+            let v: i64 = parse(get(name).unwrap_or_default(), name)?;
+            if (lo..=hi).contains(&v) {
+                Ok(v)
+            } else {
+                Err(ConfigError::Invalid {
+                    name,
+                    reason: format!("must be {lo} to {hi}"),
+                })
+            }
+        };
+        let tiny = Duration::from_nanos(1);
         Ok(Config {
-            max_processes: ranged("STEPSHIM_MAX_PROCESSES", 4096, 1, 1 << 20)? as usize,
-            max_spec_bytes: ranged("STEPSHIM_MAX_SPEC_BYTES", 256 << 10, 1024, 1 << 20)? as usize,
-            max_connections: ranged("STEPSHIM_MAX_CONNECTIONS", 1024, 4, 1 << 20)? as usize,
-            max_header_bytes: ranged("STEPSHIM_MAX_HEADER_BYTES", 16 << 10, 8 << 10, 1 << 20)?
-                as usize,
-            auth_timeout,
-            oom_score_adj: ranged("STEPSHIM_OOM_SCORE_ADJ", 1000, -1000, 1000)? as i32,
+            max_processes: ranged(S::MAX_PROCESSES, 1, 1 << 20)? as usize,
+            max_spec_bytes: ranged(S::MAX_SPEC_BYTES, 1024, 1 << 20)? as usize,
+            max_connections: ranged(S::MAX_CONNECTIONS, 4, 1 << 20)? as usize,
+            max_header_bytes: ranged(S::MAX_HEADER_BYTES, 8 << 10, 1 << 20)? as usize,
+            auth_timeout: secs(S::AUTH_TIMEOUT_SECONDS, tiny)?,
+            oom_score_adj: ranged(S::OOM_SCORE_ADJ, -1000, 1000)? as i32,
             listen,
             token_sha256,
             data_dir,
-            grace: secs("STEPSHIM_GRACE_SECONDS", 10.0)?,
-            drain: secs("STEPSHIM_DRAIN_SECONDS", 2.0)?,
-            memory_bytes: get("STEPSHIM_MEMORY_BYTES")
-                .map(|s| parse(s, "STEPSHIM_MEMORY_BYTES"))
-                .transpose()?
-                .unwrap_or(64 << 20),
+            grace: secs(S::GRACE_SECONDS, Duration::ZERO)?,
+            drain: secs(S::DRAIN_SECONDS, Duration::ZERO)?,
+            memory_bytes: parse(get(S::MEMORY_BYTES).unwrap_or_default(), S::MEMORY_BYTES)?,
             log_level,
-            ready_file: get("STEPSHIM_READY_FILE").map(PathBuf::from),
-            files: files_settings(&get, &secs)?,
+            ready_file: get(S::READY_FILE).map(PathBuf::from),
+            files: FilesSettings {
+                max_bytes: ranged(S::FILES_MAX_BYTES, 1, i64::MAX)? as u64,
+                max_header_bytes: ranged(S::FILES_MAX_HEADER_BYTES, 1, i64::MAX)? as u64,
+                max_concurrent: ranged(S::FILES_MAX_CONCURRENT, 1, 1 << 20)? as usize,
+                idle_timeout: secs(S::FILES_IDLE_TIMEOUT, tiny)?,
+            },
         })
     }
 }
 
-/// The file transfer caps; each must be at least 1 (a cap of 0 would refuse every transfer).
-fn files_settings<'a>(
-    get: &dyn Fn(&str) -> Option<&'a str>,
-    secs: &dyn Fn(&'static str, f64) -> Result<Duration, ConfigError>,
-) -> Result<FilesSettings, ConfigError> {
-    let d = FilesSettings::default();
-    let num = |name: &'static str, default: u64| -> Result<u64, ConfigError> {
-        let v = get(name)
-            .map(|s| parse(s, name))
-            .transpose()?
-            .unwrap_or(default);
-        if v == 0 {
-            return Err(ConfigError::Invalid {
-                name,
-                reason: "must be at least 1".into(),
-            });
-        }
-        Ok(v)
-    };
-    let idle_timeout = secs("STEPSHIM_FILES_IDLE_TIMEOUT", d.idle_timeout.as_secs_f64())?;
-    if idle_timeout.is_zero() {
-        return Err(ConfigError::Invalid {
-            name: "STEPSHIM_FILES_IDLE_TIMEOUT",
-            reason: "must be more than 0 seconds".into(),
-        });
-    }
-    Ok(FilesSettings {
-        max_bytes: num("STEPSHIM_FILES_MAX_BYTES", d.max_bytes)?,
-        max_header_bytes: num("STEPSHIM_FILES_MAX_HEADER_BYTES", d.max_header_bytes)?,
-        max_concurrent: usize::try_from(num(
-            "STEPSHIM_FILES_MAX_CONCURRENT",
-            d.max_concurrent as u64,
-        )?)
-        .unwrap_or(usize::MAX),
-        idle_timeout,
-    })
+/// Every flag, for the error that names an unknown one.
+fn flag_list() -> String {
+    S::ALL.iter().map(|s| s.flag).collect::<Vec<_>>().join(" ")
 }
 
 fn parse<T: std::str::FromStr>(s: &str, name: &'static str) -> Result<T, ConfigError>
@@ -310,18 +243,10 @@ where
 }
 
 fn parse_hex(s: &str, name: &'static str) -> Result<[u8; 32], ConfigError> {
-    let bad = || ConfigError::Invalid {
+    protocol::token::parse_sha256_hex(s).ok_or(ConfigError::Invalid {
         name,
         reason: "must be 64 hex digits (a SHA-256)".into(),
-    };
-    if s.len() != 64 || !s.is_ascii() {
-        return Err(bad());
-    }
-    let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-    }
-    Ok(out)
+    })
 }
 
 #[cfg(test)]

@@ -123,8 +123,7 @@ async fn put(
             Ok(None) => break,
             Err(_) => {
                 body_err = Some(format!(
-                    "no body bytes for {} s (STEPSHIM_FILES_IDLE_TIMEOUT); upload abandoned",
-                    idle.as_secs_f64()
+                    "no body bytes for {idle:?} (STEPSHIM_FILES_IDLE_TIMEOUT); upload abandoned"
                 ));
                 break;
             }

@@ -20,14 +20,9 @@ fn wait_of(q: &Query) -> Result<Option<Duration>, Error> {
     let Some(wait) = q.get(protocol::query::WAIT) else {
         return Ok(None);
     };
-    let secs: f64 = wait
-        .parse()
-        .ok()
-        .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+    let wait = protocol::query::parse_seconds(wait)
         .ok_or_else(|| Error::BadRequest("wait must be a number of seconds".into()))?;
-    Ok(Some(Duration::from_secs_f64(
-        secs.min(MAX_WAIT.as_secs_f64()),
-    )))
+    Ok(Some(wait.min(MAX_WAIT)))
 }
 
 /// `GET /v1/processes`
