@@ -34,6 +34,9 @@ pub struct LocalArgs {
     /// Processes followed at once in the concurrency run.
     #[arg(long, default_value_t = 2000)]
     pub concurrent: usize,
+    /// Idle output streams held open at once for the memory-per-stream row.
+    #[arg(long, default_value_t = 10000)]
+    pub idle_streams: usize,
     /// MiB of stdout streamed in the throughput run.
     #[arg(long, default_value_t = 2048)]
     pub stream_mib: u64,
