@@ -28,12 +28,15 @@ pub enum ClientError {
     /// The base URL is unusable.
     #[error("invalid shim URL {0:?}")]
     InvalidUrl(String),
-    /// Connecting or sending failed.
+    /// The token cannot travel in that header (not a valid header value).
+    #[error("the token is not a valid value for the {0:?} header")]
+    InvalidToken(crate::TokenHeader),
+    /// Connecting or sending failed (the transport's own error: direct, or through a proxy).
     #[error("cannot reach the shim: {0}")]
-    Transport(#[source] hyper_util::client::legacy::Error),
+    Transport(#[source] crate::BoxError),
     /// The connection broke while reading an answer.
     #[error("connection to the shim broke: {0}")]
-    Body(#[source] hyper::Error),
+    Body(#[source] crate::BoxError),
     /// An answer was not the JSON the protocol promises.
     #[error("unexpected answer from the shim: {0}")]
     Json(#[source] serde_json::Error),

@@ -5,21 +5,28 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use protocol::{Decoder, Exit, Frame, FrameType};
 
-use super::{ClientError, ShimClient};
+use super::{ClientError, RespBody, ShimClient};
 
 /// Frames of one output response.
-#[derive(Debug)]
 pub struct OutputStream {
-    body: Incoming,
+    body: RespBody,
     decoder: Decoder,
     done: bool,
 }
 
+impl std::fmt::Debug for OutputStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutputStream")
+            .field("offset", &self.decoder.offset())
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
 impl OutputStream {
-    pub(super) fn new(body: Incoming, offset: u64) -> Self {
+    pub(super) fn new(body: RespBody, offset: u64) -> Self {
         OutputStream {
             body,
             decoder: Decoder::new(offset),
