@@ -64,6 +64,18 @@ impl ClientError {
         }
     }
 
+    /// Whether this is a refusal by something in front of the shim (the apiserver's proxy): an
+    /// authentication, authorization or rate answer without the shim's error body. The shim itself
+    /// never answers 403 or 429, and its 401 carries a body. An apiserver that has just restarted
+    /// refuses in this way until its authorizer has caught up, so a caller whose requests were
+    /// served a moment ago may take it as transient.
+    pub fn is_proxy_refusal(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Api { status: 401 | 403 | 429, code: None, wire_code, .. } if wire_code.is_empty()
+        )
+    }
+
     /// Whether retrying the same call may succeed (the connection broke; the shim did not refuse).
     pub fn is_transient(&self) -> bool {
         matches!(self, ClientError::Transport(_) | ClientError::Body(_))
