@@ -72,7 +72,10 @@ impl ShimClient {
         transport: Arc<dyn Transport>,
     ) -> Result<Self, ClientError> {
         let base = base.trim_end_matches('/').to_owned();
-        if format!("{base}{}", routes::INFO).parse::<http::Uri>().is_err() {
+        if format!("{base}{}", routes::INFO)
+            .parse::<http::Uri>()
+            .is_err()
+        {
             return Err(ClientError::InvalidUrl(base));
         }
         let auth = match token {

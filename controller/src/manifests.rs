@@ -168,9 +168,16 @@ mod tests {
         assert_eq!(proxied.len(), plain.len() + 1, "exactly one more rule");
         let rule = &proxied[plain.len()];
         assert_eq!(rule.api_groups.as_deref(), Some(&[String::new()][..]));
-        assert_eq!(rule.resources.as_deref(), Some(&["pods/proxy".to_owned()][..]));
+        assert_eq!(
+            rule.resources.as_deref(),
+            Some(&["pods/proxy".to_owned()][..])
+        );
         assert_eq!(rule.verbs, ["get", "create", "update", "delete"]);
-        assert!(rbac_for("ci-worker", "steps", true).unwrap().contains("- pods/proxy"));
+        assert!(
+            rbac_for("ci-worker", "steps", true)
+                .unwrap()
+                .contains("- pods/proxy")
+        );
         let cm = shim_configmap("stepshim", "steps", vec![0, 1, 2, 255]).unwrap();
         assert!(cm.contains("binaryData") && cm.contains("stepshim: AAEC/w=="));
     }
