@@ -28,12 +28,15 @@ pub enum ClientError {
     /// The base URL is unusable.
     #[error("invalid shim URL {0:?}")]
     InvalidUrl(String),
-    /// Connecting or sending failed.
+    /// The token cannot travel in that header (not a valid header value).
+    #[error("the token is not a valid value for the {0:?} header")]
+    InvalidToken(crate::TokenHeader),
+    /// Connecting or sending failed (the transport's own error: direct, or through a proxy).
     #[error("cannot reach the shim: {0}")]
-    Transport(#[source] hyper_util::client::legacy::Error),
+    Transport(#[source] crate::BoxError),
     /// The connection broke while reading an answer.
     #[error("connection to the shim broke: {0}")]
-    Body(#[source] hyper::Error),
+    Body(#[source] crate::BoxError),
     /// An answer was not the JSON the protocol promises.
     #[error("unexpected answer from the shim: {0}")]
     Json(#[source] serde_json::Error),
@@ -59,6 +62,18 @@ impl ClientError {
             ClientError::Api { code, .. } => *code,
             _ => None,
         }
+    }
+
+    /// Whether this is a refusal by something in front of the shim (the apiserver's proxy): an
+    /// authentication, authorization or rate answer without the shim's error body. The shim itself
+    /// never answers 403 or 429, and its 401 carries a body. An apiserver that has just restarted
+    /// refuses in this way until its authorizer has caught up, so a caller whose requests were
+    /// served a moment ago may take it as transient.
+    pub fn is_proxy_refusal(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Api { status: 401 | 403 | 429, code: None, wire_code, .. } if wire_code.is_empty()
+        )
     }
 
     /// Whether retrying the same call may succeed (the connection broke; the shim did not refuse).

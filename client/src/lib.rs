@@ -4,6 +4,7 @@
 //!
 //! # Layout
 //! - this file: [`ShimClient`], one typed call per route.
+//! - [`transport`]: how a request reaches the shim: the [`Transport`] trait and the direct pool.
 //! - [`error`]: [`ClientError`], with the shim's error codes as [`protocol::ErrorCode`].
 //! - [`output`]: a frame stream, and attach with resume.
 //! - [`local`]: a shim started as a child process on loopback, ready when it writes its address.
@@ -11,15 +12,14 @@
 mod error;
 pub mod local;
 mod output;
+pub mod transport;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Method, Request, StatusCode, header};
-use http_body_util::combinators::BoxBody;
+use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::{Client, connect::HttpConnector};
-use hyper_util::rt::TokioExecutor;
 use protocol::routes::{self, percent_encode, process_path, process_sub_path};
 use protocol::{
     Info, Process, ProcessList, SignalRequest, SignalSpec, SpawnRequest, StdinAck, TtySize,
@@ -28,24 +28,24 @@ use serde::de::DeserializeOwned;
 
 pub use error::ClientError;
 pub use output::{Attached, OutputStream};
+pub use transport::{BoxError, Direct, ReqBody, RespBody, SendFuture, TokenHeader, Transport};
 
-/// A request body.
-pub type ReqBody = BoxBody<Bytes, std::io::Error>;
-
-/// Client of one shim. Its `Debug` shows the base URL and whether a token is set, never the token.
+/// Client of one shim. Its `Debug` shows the base URL, the transport and whether a token is set,
+/// never the token.
 #[derive(Clone)]
 pub struct ShimClient {
     base: String,
-    auth: Option<String>,
-    http: Client<HttpConnector, ReqBody>,
+    auth: Option<(HeaderName, HeaderValue)>,
+    transport: Arc<dyn Transport>,
 }
 
 impl std::fmt::Debug for ShimClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShimClient")
             .field("base", &self.base)
-            .field("auth", &self.auth.as_ref().map(|_| "<redacted>"))
-            .finish_non_exhaustive()
+            .field("transport", &self.transport)
+            .field("auth", &self.auth.as_ref().map(|(name, _)| name))
+            .finish()
     }
 }
 
@@ -56,29 +56,49 @@ fn full(b: impl Into<Bytes>) -> ReqBody {
 impl ShimClient {
     /// A client for the shim at `base` (`http://host:port`) presenting `token`.
     pub fn new(base: &str, token: Option<String>) -> Result<Self, ClientError> {
+        if !base.starts_with("http://") {
+            return Err(ClientError::InvalidUrl(base.to_owned()));
+        }
+        let transport = Arc::new(Direct::new(Duration::from_secs(10)));
+        Self::with_transport(base, token, TokenHeader::Bearer, transport)
+    }
+
+    /// A client that sends through `transport`, every request to `base` joined with the route
+    /// (for the apiserver's proxy, `base` is the pod's proxy path), the token in `header`.
+    pub fn with_transport(
+        base: &str,
+        token: Option<String>,
+        header: TokenHeader,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Self, ClientError> {
         let base = base.trim_end_matches('/').to_owned();
-        if !base.starts_with("http://") || base.parse::<http::Uri>().is_err() {
+        if format!("{base}{}", routes::INFO)
+            .parse::<http::Uri>()
+            .is_err()
+        {
             return Err(ClientError::InvalidUrl(base));
         }
-        let mut conn = HttpConnector::new();
-        conn.set_nodelay(true);
-        conn.set_connect_timeout(Some(Duration::from_secs(10)));
-        let http = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(conn);
+        let auth = match token {
+            Some(t) => Some(
+                header
+                    .pair(&t)
+                    .ok_or_else(|| ClientError::InvalidToken(header))?,
+            ),
+            None => None,
+        };
         Ok(ShimClient {
             base,
-            auth: token.map(|t| format!("Bearer {t}")),
-            http,
+            auth,
+            transport,
         })
     }
 
-    /// The same client (token, connection pool) aimed at another base URL, e.g. a proxy.
+    /// The same client (token, transport) aimed at another base URL, e.g. a proxy.
     pub fn with_base(&self, base: &str) -> Self {
         ShimClient {
             base: base.trim_end_matches('/').to_owned(),
             auth: self.auth.clone(),
-            http: self.http.clone(),
+            transport: self.transport.clone(),
         }
     }
 
@@ -92,19 +112,19 @@ impl ShimClient {
         method: Method,
         path_q: &str,
         body: ReqBody,
-    ) -> Result<http::Response<hyper::body::Incoming>, ClientError> {
+    ) -> Result<http::Response<RespBody>, ClientError> {
         let mut req = Request::builder()
             .method(method)
             .uri(format!("{}{}", self.base, path_q));
-        if let Some(a) = &self.auth {
-            req = req.header(header::AUTHORIZATION, a);
+        if let Some((name, value)) = &self.auth {
+            req = req.header(name, value);
         }
         let req = req
             .body(body)
             .map_err(|_| ClientError::InvalidUrl(path_q.to_owned()))?;
         let resp = self
-            .http
-            .request(req)
+            .transport
+            .send(req)
             .await
             .map_err(ClientError::Transport)?;
         if resp.status().is_success() {
@@ -301,7 +321,7 @@ impl ShimClient {
     }
 
     /// `GET /v1/files?path=P`: the tar stream's body.
-    pub async fn files_out(&self, path: &str) -> Result<hyper::body::Incoming, ClientError> {
+    pub async fn files_out(&self, path: &str) -> Result<RespBody, ClientError> {
         let q = format!("{}?path={}", routes::FILES, percent_encode(path));
         Ok(self
             .send(Method::GET, &q, full(Bytes::new()))
@@ -324,7 +344,7 @@ impl ShimClient {
     }
 }
 
-async fn api_error(resp: http::Response<hyper::body::Incoming>) -> ClientError {
+async fn api_error(resp: http::Response<RespBody>) -> ClientError {
     let status = resp.status().as_u16();
     let body = resp
         .into_body()

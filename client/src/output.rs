@@ -5,21 +5,28 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use protocol::{Decoder, Exit, Frame, FrameType};
 
-use super::{ClientError, ShimClient};
+use super::{ClientError, RespBody, ShimClient};
 
 /// Frames of one output response.
-#[derive(Debug)]
 pub struct OutputStream {
-    body: Incoming,
+    body: RespBody,
     decoder: Decoder,
     done: bool,
 }
 
+impl std::fmt::Debug for OutputStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutputStream")
+            .field("offset", &self.decoder.offset())
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
 impl OutputStream {
-    pub(super) fn new(body: Incoming, offset: u64) -> Self {
+    pub(super) fn new(body: RespBody, offset: u64) -> Self {
         OutputStream {
             body,
             decoder: Decoder::new(offset),
@@ -69,7 +76,8 @@ pub struct Attached {
 impl ShimClient {
     /// Follows `id`'s output from `offset` to the exit frame, calling `sink` with every stdout and
     /// stderr payload exactly once, resuming after broken connections (up to `max_retries` in a row
-    /// without progress, with backoff).
+    /// without progress, with backoff). Once a stream has been served, a proxy's refusal (see
+    /// [`ClientError::is_proxy_refusal`]: an apiserver just restarted) is retried like a break.
     pub async fn attach(
         &self,
         id: &str,
@@ -79,10 +87,12 @@ impl ShimClient {
     ) -> Result<Attached, ClientError> {
         let mut resumes = 0;
         let mut failures = 0u32;
+        let mut served = false;
         loop {
             let started_at = offset;
             let result: Result<Option<(Exit, u64)>, ClientError> = async {
                 let mut stream = self.output(id, offset, true).await?;
+                served = true;
                 loop {
                     let frame = stream.next().await;
                     // Frames are handed on only once whole, so `offset` always names a boundary.
@@ -116,7 +126,11 @@ impl ShimClient {
                         return Err(ClientError::StreamEnded { id: id.to_owned() });
                     }
                 }
-                Err(e) if e.is_transient() || matches!(e, ClientError::Frame(_)) => {
+                Err(e)
+                    if e.is_transient()
+                        || matches!(e, ClientError::Frame(_))
+                        || (served && e.is_proxy_refusal()) =>
+                {
                     failures += 1;
                     if failures > max_retries {
                         return Err(ClientError::ResumeExhausted {

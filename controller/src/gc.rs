@@ -4,7 +4,9 @@
 //! desired set once they are older than a grace period, so a pod being created right now by another
 //! request is never collected. Retire deletes everything the worker created. The health check
 //! confirms the apiserver answers and, with SelfSubjectAccessReview, that the worker's credentials
-//! hold the pod verbs it needs and none of the exec family it must not need.
+//! hold the pod verbs it needs and none of the exec family it must not need, and which ways to the
+//! shims they allow: the pod IP needs no Kubernetes right (only a route), the apiserver's proxy
+//! needs the `pods/proxy` verbs.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -18,8 +20,9 @@ use kube::Api;
 use kube::api::PostParams;
 use serde::Serialize;
 
-use crate::manifests::{POD_VERBS, UNNEEDED};
+use crate::manifests::{POD_VERBS, PROXY_VERBS, UNNEEDED};
 use crate::runtime::{Runtime, RuntimeError};
+use crate::via::Via;
 
 /// The pods to collect at `now`: not in `desired`, not already being deleted, and older than
 /// `grace` (a pod without a creation time counts as new). Pure, so the rule is tested apart.
@@ -85,7 +88,13 @@ pub struct Health {
     pub needed: Vec<Access>,
     /// Verbs not needed, with their answers (allowed ones are a warning).
     pub unneeded: Vec<Access>,
-    /// Every needed verb is allowed.
+    /// The `pods/proxy` verbs reaching shims through the apiserver needs, with their answers.
+    pub proxy: Vec<Access>,
+    /// The ways to the shims these credentials allow: `direct` always (it needs a route to pod
+    /// IPs, which an access review cannot tell), `proxy` when every `pods/proxy` verb is allowed.
+    pub transports: Vec<String>,
+    /// Every needed verb is allowed, the `pods/proxy` ones too when the runtime reaches shims
+    /// only through the apiserver.
     pub ok: bool,
 }
 
@@ -125,12 +134,21 @@ pub async fn check(rt: &Runtime) -> Result<Health, RuntimeError> {
     let needed: Vec<_> = POD_VERBS.iter().map(|v| ("pods", *v)).collect();
     let needed = ask(&needed).await?;
     let unneeded = ask(UNNEEDED).await?;
-    let ok = needed.iter().all(|a| a.allowed);
+    let proxy: Vec<_> = PROXY_VERBS.iter().map(|v| ("pods/proxy", *v)).collect();
+    let proxy = ask(&proxy).await?;
+    let proxy_ok = proxy.iter().all(|a| a.allowed);
+    let mut transports = vec!["direct".to_owned()];
+    if proxy_ok {
+        transports.push("proxy".to_owned());
+    }
+    let ok = needed.iter().all(|a| a.allowed) && (proxy_ok || rt.via() != Via::Proxy);
     Ok(Health {
         server_version: version.git_version,
         namespace: rt.namespace.clone(),
         needed,
         unneeded,
+        proxy,
+        transports,
         ok,
     })
 }

@@ -8,6 +8,7 @@
 //! - [`runtime`]: one target (kubeconfig, namespace, worker): create, wait, delete, list pods.
 //! - [`progress`]: a pod's way to ready, from its status, with Kubernetes' reasons.
 //! - [`watch`]: the one shared reflector on the worker's pods that every wait reads.
+//! - [`via`]: the way to a shim: the pod IP, or the apiserver's `pods/proxy` with our credentials.
 //! - [`gc`]: garbage collection, retirement and the credentials health check.
 //! - [`manifests`]: RBAC (the one list of verbs a worker needs) and the shim ConfigMap as YAML.
 //!
@@ -20,4 +21,5 @@ pub mod podspec;
 pub mod progress;
 pub mod runtime;
 pub mod token;
+pub mod via;
 pub mod watch;

@@ -1,7 +1,8 @@
 //! What an operator applies once per namespace: the worker's ServiceAccount, a Role granting pods
 //! get/list/watch/create/delete (and configmaps get, for ConfigMap delivery) and nothing of
 //! `pods/exec`, `pods/attach` or `pods/portforward`, the RoleBinding, and optionally the ConfigMap
-//! carrying the shim binary.
+//! carrying the shim binary. A worker that reaches shims through the apiserver (`--via proxy` or
+//! `auto`) also gets `pods/proxy` with exactly the verbs the shim's methods map to.
 
 use std::collections::BTreeMap;
 
@@ -26,6 +27,10 @@ fn meta(name: &str, namespace: &str) -> ObjectMeta {
 
 /// The verbs on pods a worker needs, and `stepctl check` asks for.
 pub const POD_VERBS: &[&str] = &["get", "list", "watch", "create", "delete"];
+/// The verbs on `pods/proxy` that reaching shims through the apiserver needs: the apiserver
+/// authorizes a proxied request by its method (GET is `get`, POST `create`, PUT `update`, DELETE
+/// `delete`), and the protocol uses those four methods (PUT for spawns and files in).
+pub const PROXY_VERBS: &[&str] = &["get", "create", "update", "delete"];
 /// Rights a worker never uses: holding them is over-privileged, and `stepctl check` warns.
 pub const UNNEEDED: &[(&str, &str)] = &[
     ("pods/exec", "create"),
@@ -33,9 +38,9 @@ pub const UNNEEDED: &[(&str, &str)] = &[
     ("pods/portforward", "create"),
 ];
 
-/// The rules of the worker's Role.
-pub fn rules() -> Vec<PolicyRule> {
-    vec![
+/// The rules of the worker's Role; `proxy` adds the `pods/proxy` rule.
+pub fn rules(proxy: bool) -> Vec<PolicyRule> {
+    let mut rules = vec![
         PolicyRule {
             api_groups: Some(vec![String::new()]),
             resources: Some(vec!["pods".into()]),
@@ -48,11 +53,25 @@ pub fn rules() -> Vec<PolicyRule> {
             verbs: vec!["get".into()],
             ..Default::default()
         },
-    ]
+    ];
+    if proxy {
+        rules.push(PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["pods/proxy".into()]),
+            verbs: PROXY_VERBS.iter().map(|v| (*v).to_owned()).collect(),
+            ..Default::default()
+        });
+    }
+    rules
 }
 
 /// ServiceAccount, Role and RoleBinding for worker identity `name` in `namespace`, as YAML documents.
 pub fn rbac(name: &str, namespace: &str) -> Result<String, serde_norway::Error> {
+    rbac_for(name, namespace, false)
+}
+
+/// [`rbac`], with the `pods/proxy` rule when `proxy` (a worker reaching shims through the apiserver).
+pub fn rbac_for(name: &str, namespace: &str, proxy: bool) -> Result<String, serde_norway::Error> {
     let sa = ServiceAccount {
         metadata: meta(name, namespace),
         automount_service_account_token: Some(true),
@@ -60,7 +79,7 @@ pub fn rbac(name: &str, namespace: &str) -> Result<String, serde_norway::Error> 
     };
     let role = Role {
         metadata: meta(name, namespace),
-        rules: Some(rules()),
+        rules: Some(rules(proxy)),
     };
     let binding = RoleBinding {
         metadata: meta(name, namespace),
@@ -143,6 +162,22 @@ mod tests {
         ] {
             assert!(!y.contains(forbidden), "{forbidden} must not be granted");
         }
+        assert!(!y.contains("pods/proxy"), "only with --via proxy");
+        let (plain, proxied) = (rules(false), rules(true));
+        assert_eq!(proxied[..plain.len()], plain[..], "the same rules first");
+        assert_eq!(proxied.len(), plain.len() + 1, "exactly one more rule");
+        let rule = &proxied[plain.len()];
+        assert_eq!(rule.api_groups.as_deref(), Some(&[String::new()][..]));
+        assert_eq!(
+            rule.resources.as_deref(),
+            Some(&["pods/proxy".to_owned()][..])
+        );
+        assert_eq!(rule.verbs, ["get", "create", "update", "delete"]);
+        assert!(
+            rbac_for("ci-worker", "steps", true)
+                .unwrap()
+                .contains("- pods/proxy")
+        );
         let cm = shim_configmap("stepshim", "steps", vec![0, 1, 2, 255]).unwrap();
         assert!(cm.contains("binaryData") && cm.contains("stepshim: AAEC/w=="));
     }

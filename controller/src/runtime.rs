@@ -1,6 +1,7 @@
 //! One target of the controller: a kubeconfig (or in-cluster service account), a namespace and a
 //! worker name. Creates step pods, waits for them on the shared pod watch, hands out shim clients
-//! with each pod's token, and deletes pods. Pods are the only API objects it touches.
+//! with each pod's token (to the pod IP or through the apiserver, see [`crate::via`]), and deletes
+//! pods. Pods are the only API objects it touches.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,8 +16,9 @@ use thiserror::Error;
 use crate::podspec::{self, SHIM_PORT, StepSpec, WORKER_LABEL};
 pub use crate::progress::{Progress, progress};
 use crate::token::Key;
+use crate::via::{self, ApiProxy, Via};
 use crate::watch::{PodWatch, WatchError};
-use client::{ClientError, ShimClient};
+use client::{ClientError, ShimClient, TokenHeader};
 
 /// What identifies a target.
 #[derive(Debug, Clone)]
@@ -78,6 +80,15 @@ pub enum RuntimeError {
     Shim(#[from] ClientError),
 }
 
+/// `ip:port` of a pod's shim, IPv6 in brackets.
+fn shim_addr(ip: &str) -> String {
+    if ip.contains(':') {
+        format!("[{ip}]:{SHIM_PORT}")
+    } else {
+        format!("{ip}:{SHIM_PORT}")
+    }
+}
+
 /// The runtime of one target.
 pub struct Runtime {
     /// The Kubernetes client (for health checks and extra calls).
@@ -89,6 +100,9 @@ pub struct Runtime {
     key: Key,
     pods: Api<Pod>,
     watch: PodWatch,
+    proxy: Arc<ApiProxy>,
+    via: Via,
+    probe: Duration,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -102,7 +116,12 @@ impl std::fmt::Debug for Runtime {
 
 /// A client for a target's kubeconfig.
 pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<Client, RuntimeError> {
-    let config = match kubeconfig {
+    Client::try_from(kube_config(kubeconfig).await?).map_err(RuntimeError::Kube)
+}
+
+/// The configuration a target's kubeconfig (or the inferred one) describes.
+pub async fn kube_config(kubeconfig: Option<&std::path::Path>) -> Result<Config, RuntimeError> {
+    Ok(match kubeconfig {
         Some(path) => {
             let bad = |source| RuntimeError::Kubeconfig {
                 path: path.to_owned(),
@@ -114,14 +133,15 @@ pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<Client,
                 .map_err(bad)?
         }
         None => Config::infer().await.map_err(RuntimeError::Infer)?,
-    };
-    Client::try_from(config).map_err(RuntimeError::Kube)
+    })
 }
 
 impl Runtime {
     /// Connects to a target and fills the pod cache.
     pub async fn connect(target: &TargetConfig, key: Key) -> Result<Self, RuntimeError> {
-        let client = kube_client(target.kubeconfig.as_deref()).await?;
+        let config = kube_config(target.kubeconfig.as_deref()).await?;
+        let proxy = Arc::new(ApiProxy::new(&config)?);
+        let client = Client::try_from(config)?;
         let pods: Api<Pod> = Api::namespaced(client.clone(), &target.namespace);
         let selector = format!("{WORKER_LABEL}={}", podspec::label_value(&target.worker));
         let watch = PodWatch::start(
@@ -138,7 +158,23 @@ impl Runtime {
             key,
             pods,
             watch,
+            proxy,
+            via: Via::Direct,
+            probe: Duration::from_secs(1),
         })
+    }
+
+    /// The same runtime reaching shims `via` that way; `probe` bounds the connection attempt to the
+    /// pod IP with which [`Via::Auto`] decides.
+    pub fn with_via(mut self, via: Via, probe: Duration) -> Self {
+        self.via = via;
+        self.probe = probe;
+        self
+    }
+
+    /// How this runtime reaches shims.
+    pub fn via(&self) -> Via {
+        self.via
     }
 
     /// The bearer token of one of this target's pods.
@@ -190,31 +226,55 @@ impl Runtime {
         })
     }
 
-    /// A client for the shim of pod `name` at `ip`.
+    /// A client for the shim of pod `name` at `ip`, straight to the pod IP.
     pub fn shim_at(&self, name: &str, ip: &str) -> Result<ShimClient, RuntimeError> {
-        let host = if ip.contains(':') {
-            format!("[{ip}]")
-        } else {
-            ip.to_owned()
-        };
         Ok(ShimClient::new(
-            &format!("http://{host}:{SHIM_PORT}"),
+            &format!("http://{}", shim_addr(ip)),
             Some(self.token(name)),
         )?)
     }
 
-    /// A client for the shim of the cached pod `name`.
-    pub fn shim(&self, name: &str) -> Result<ShimClient, RuntimeError> {
+    /// A client for the shim of pod `name` through the apiserver's `pods/proxy`.
+    pub fn shim_proxy(&self, name: &str) -> Result<ShimClient, RuntimeError> {
+        Ok(ShimClient::with_transport(
+            &via::proxy_base(&self.namespace, name),
+            Some(self.token(name)),
+            TokenHeader::Proxy,
+            self.proxy.clone(),
+        )?)
+    }
+
+    /// A client for the shim of pod `name` at `ip` the way this runtime is set to reach shims;
+    /// [`Via::Auto`] takes the pod IP if it accepts a connection within the probe timeout.
+    pub async fn shim_via(&self, name: &str, ip: &str) -> Result<ShimClient, RuntimeError> {
+        let direct = match self.via {
+            Via::Direct => true,
+            Via::Proxy => false,
+            Via::Auto => match shim_addr(ip).parse() {
+                Ok(addr) => via::answers(addr, self.probe).await,
+                Err(_) => false,
+            },
+        };
+        if direct {
+            self.shim_at(name, ip)
+        } else {
+            tracing::debug!(pod = name, "reaching the shim through the apiserver");
+            self.shim_proxy(name)
+        }
+    }
+
+    /// A client for the shim of the cached pod `name`, the way this runtime reaches shims.
+    pub async fn shim(&self, name: &str) -> Result<ShimClient, RuntimeError> {
         let pod = self
             .watch
             .get(name)
             .ok_or_else(|| RuntimeError::NotFound(name.to_owned()))?;
-        let ip = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.pod_ip.clone())
-            .ok_or_else(|| RuntimeError::NotFound(name.to_owned()))?;
-        self.shim_at(name, &ip)
+        let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
+        match (ip, self.via) {
+            (_, Via::Proxy) => self.shim_proxy(name),
+            (Some(ip), _) => self.shim_via(name, &ip).await,
+            (None, _) => Err(RuntimeError::NotFound(name.to_owned())),
+        }
     }
 
     /// Deletes pod `name`; a pod already gone is not an error.

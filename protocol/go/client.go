@@ -19,10 +19,17 @@ import (
 	"time"
 )
 
+// ProxyTokenHeader carries the bare token where Authorization cannot: the apiserver's pods/proxy keeps
+// Authorization (the caller's Kubernetes credentials) for itself and passes this header on
+// (PROTOCOL.md section 2).
+const ProxyTokenHeader = "X-Stepshim-Token"
+
 // Client talks to one shim. It is safe for concurrent use.
 type Client struct {
 	base  *url.URL
 	token string
+	// viaProxy puts the token in ProxyTokenHeader instead of Authorization.
+	viaProxy bool
 	// HTTP sends the requests. It must have no overall Timeout: output streams and waits are long.
 	HTTP *http.Client
 	// Backoff bounds the waits between retries of the resuming loops; zero values mean 50ms and 2s.
@@ -50,6 +57,26 @@ func New(baseURL, token string) (*Client, error) {
 		IdleConnTimeout:     90 * time.Second,
 	}
 	return &Client{base: u, token: token, HTTP: &http.Client{Transport: transport}}, nil
+}
+
+// NewViaProxy returns a Client that reaches the shim through a proxy: every request goes to baseURL
+// (http or https, with a path such as the apiserver's
+// "https://host:6443/api/v1/namespaces/NS/pods/POD:7777/proxy") joined with the route, is sent by rt
+// (which adds the proxy's own credentials, e.g. client-go's rest.TransportFor), and carries token
+// in ProxyTokenHeader, because the proxy keeps Authorization for itself.
+func NewViaProxy(baseURL string, rt http.RoundTripper, token string) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("shim: base URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("shim: base URL %q: want http(s)://host[:port][/path]", baseURL)
+	}
+	if rt == nil {
+		return nil, fmt.Errorf("shim: NewViaProxy without a RoundTripper")
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	return &Client{base: u, token: token, viaProxy: true, HTTP: &http.Client{Transport: rt}}, nil
 }
 
 // validID checks an id against [A-Za-z0-9._-]{1,128}, not "." or "..", so that it is safe in a path.
@@ -82,7 +109,11 @@ func (c *Client) request(ctx context.Context, method, path string, q url.Values,
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	if c.viaProxy {
+		req.Header.Set(ProxyTokenHeader, c.token)
+	} else {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	return req, nil
 }
 
@@ -138,6 +169,7 @@ func (c *Client) Healthz(ctx context.Context) error {
 		return err
 	}
 	req.Header.Del("Authorization")
+	req.Header.Del(ProxyTokenHeader)
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return err

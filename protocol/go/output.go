@@ -78,7 +78,8 @@ func ParseExit(payload []byte) (*Exit, error) {
 // again from the offset just past the last whole frame it received, waiting with backoff, so fn sees
 // every byte exactly once. Before resuming it checks the shim's boot id and returns ErrShimRestarted if
 // the shim restarted, since a new process may then have the same id. It gives up on a 4xx answer (a
-// deleted process is 404 process_not_found) and when ctx ends.
+// deleted process is 404 process_not_found) and when ctx ends; through a proxy (NewViaProxy) the
+// proxy's own refusals after the first answer are retried, as an apiserver restart causes them.
 func (c *Client) Follow(ctx context.Context, id string, offset int64, fn func(Frame) error) (*Exit, error) {
 	var boot string
 	if err := c.retry(ctx, func() error {
@@ -98,7 +99,7 @@ func (c *Client) Follow(ctx context.Context, id string, offset int64, fn func(Fr
 			}
 			info, err := c.Info(ctx)
 			if err != nil {
-				if retryable(err) {
+				if c.retryableServed(err) {
 					continue
 				}
 				return nil, err
@@ -116,13 +117,26 @@ func (c *Client) Follow(ctx context.Context, id string, offset int64, fn func(Fr
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if exit != nil || err != nil && !retryable(err) {
+		if exit != nil || err != nil && !c.retryableServed(err) {
 			return exit, err
 		}
 		if offset > start {
 			b.reset()
 		}
 	}
+}
+
+// retryableServed is retryable for a client that has been served already in this call: through a
+// proxy it also takes the proxy's own refusals (401, 403 or 429 without the shim's error body) as
+// transient, since an apiserver that has just restarted refuses until its authorizer has caught up.
+// The shim itself never answers 403 or 429, and its 401 has a code.
+func (c *Client) retryableServed(err error) bool {
+	if retryable(err) {
+		return true
+	}
+	var e *APIError
+	return c.viaProxy && errors.As(err, &e) && e.Code == "" &&
+		(e.Status == 401 || e.Status == 403 || e.Status == 429)
 }
 
 // errEndedEarly marks a follow stream that ended cleanly before the exit frame (a deleted process,

@@ -17,7 +17,7 @@ fn print_json(v: &serde_json::Value) {
 /// Lists the worker's pods, or one pod's processes.
 pub async fn ps(target: &Target, args: PsArgs, out: Output) -> Result<i32> {
     if args.pod.is_some() || matches!(target, Target::Local(_)) {
-        let procs = target.shim(args.pod.as_deref())?.list().await?;
+        let procs = target.shim(args.pod.as_deref()).await?.list().await?;
         if out == Output::Json {
             print_json(&json!(procs));
         } else {
@@ -127,6 +127,20 @@ pub async fn check(target: &Target, out: Output) -> Result<i32> {
                 if a.allowed { "allowed" } else { "MISSING" }
             );
         }
+        let missing: Vec<_> = health
+            .proxy
+            .iter()
+            .filter(|a| !a.allowed)
+            .map(|a| a.verb.as_str())
+            .collect();
+        if missing.is_empty() {
+            println!("  transports: direct (needs a route to pod IPs), proxy (pods/proxy allowed)");
+        } else {
+            println!(
+                "  transports: direct only (needs a route to pod IPs); proxy needs pods/proxy {}",
+                missing.join(", ")
+            );
+        }
         for a in health.unneeded.iter().filter(|a| a.allowed) {
             println!(
                 "  warning: {} {} is allowed but never needed",
@@ -137,9 +151,13 @@ pub async fn check(target: &Target, out: Output) -> Result<i32> {
     Ok(if health.ok { 0 } else { 1 })
 }
 
-/// Prints RBAC (and the shim ConfigMap) as YAML.
+/// Prints RBAC (and the shim ConfigMap) as YAML; `--via proxy` or `auto` adds the `pods/proxy` rule.
 pub fn manifests(target: &TargetArgs, args: ManifestArgs) -> Result<i32> {
-    print!("{}", manifests::rbac(&args.name, &target.namespace)?);
+    let proxy = target.via != super::args::ViaArg::Direct;
+    print!(
+        "{}",
+        manifests::rbac_for(&args.name, &target.namespace, proxy)?
+    );
     if let Some(bin) = args.shim_configmap {
         let bytes = std::fs::read(&bin).with_context(|| format!("reading {}", bin.display()))?;
         print!(

@@ -55,6 +55,34 @@ pub struct TargetArgs {
     /// The stepshim binary for --local (default: $STEPSHIM_BIN, beside stepctl, then PATH).
     #[arg(long, global = true)]
     pub shim_bin: Option<PathBuf>,
+    /// How to reach shims: the pod IP, the apiserver's pods/proxy (needs `manifests --via proxy`
+    /// rights), or the pod IP when it answers within --probe-ms and the proxy otherwise.
+    #[arg(long, global = true, env = "STEPCTL_VIA", value_enum, default_value_t = ViaArg::Direct)]
+    pub via: ViaArg,
+    /// With --via auto: milliseconds the pod IP gets to accept a connection.
+    #[arg(long, global = true, env = "STEPCTL_PROBE_MS", default_value_t = 1000)]
+    pub probe_ms: u64,
+}
+
+/// The way to the shims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ViaArg {
+    /// Straight to the pod IP.
+    Direct,
+    /// Through the apiserver's pods/{name}:7777/proxy with the kubeconfig's credentials.
+    Proxy,
+    /// The pod IP if it answers in time, else the proxy.
+    Auto,
+}
+
+impl From<ViaArg> for controller::via::Via {
+    fn from(v: ViaArg) -> Self {
+        match v {
+            ViaArg::Direct => Self::Direct,
+            ViaArg::Proxy => Self::Proxy,
+            ViaArg::Auto => Self::Auto,
+        }
+    }
 }
 
 /// Subcommands.

@@ -32,13 +32,13 @@ impl Target {
         Ok(Target::Cluster(Box::new(connect_cluster(args).await?)))
     }
 
-    /// The shim client of `pod` (the local shim ignores the name).
-    pub fn shim(&self, pod: Option<&str>) -> Result<ShimClient> {
+    /// The shim client of `pod` (the local shim ignores the name), reached as `--via` says.
+    pub async fn shim(&self, pod: Option<&str>) -> Result<ShimClient> {
         match self {
             Target::Local(l) => Ok(l.client.clone()),
             Target::Cluster(rt) => {
                 let pod = pod.context("name the pod")?;
-                Ok(rt.shim(pod)?)
+                Ok(rt.shim(pod).await?)
             }
         }
     }
@@ -57,9 +57,13 @@ pub async fn connect_cluster(args: &TargetArgs) -> Result<Runtime> {
         namespace: args.namespace.clone(),
         worker: args.worker.clone(),
     };
-    Runtime::connect(&target, key)
+    let rt = Runtime::connect(&target, key)
         .await
-        .context("connecting to the cluster")
+        .context("connecting to the cluster")?;
+    Ok(rt.with_via(
+        args.via.into(),
+        std::time::Duration::from_millis(args.probe_ms),
+    ))
 }
 
 /// A short random suffix for names.

@@ -60,7 +60,7 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<i32> {
                         eprintln!("stepctl: pod {name}: {p}")
                     })
                     .await?;
-                let shim = rt.shim_at(&name, &ip)?;
+                let shim = rt.shim_via(&name, &ip).await?;
                 run_process(&shim, &args.id, &spec).await
             }
             .await;
@@ -121,13 +121,13 @@ async fn follow(shim: &ShimClient, id: &str, offset: u64, stdin: bool, tty: bool
 
 /// `stepctl attach POD ID`: the rest of a process's output, and its exit status.
 pub async fn attach(target: &Target, args: AttachArgs) -> Result<i32> {
-    let shim = target.shim(Some(&args.pod))?;
+    let shim = target.shim(Some(&args.pod)).await?;
     follow(&shim, &args.id, args.offset, false, false).await
 }
 
 /// `stepctl hijack POD`: an interactive terminal in a running pod.
 pub async fn hijack(target: &Target, args: HijackArgs) -> Result<i32> {
-    let shim = target.shim(args.pod.as_deref())?;
+    let shim = target.shim(args.pod.as_deref()).await?;
     let mut command = args.command.clone();
     if command.is_empty() {
         command = vec!["/bin/sh".into()];

@@ -4,7 +4,7 @@
 // desired set once they are older than a grace period, so a pod another request is creating right now
 // is never collected. Retire deletes every pod of the worker. Check confirms the apiserver answers and,
 // with SelfSubjectAccessReview, that the credentials hold the pod verbs a worker needs and none of the
-// exec family it must not need.
+// exec family it must not need, and whether they allow reaching shims through the apiserver.
 
 package k8s
 
@@ -21,6 +21,11 @@ import (
 
 // PodVerbs are the verbs on pods a worker needs (the Role `stepctl manifests` prints grants them).
 var PodVerbs = []string{"get", "list", "watch", "create", "delete"}
+
+// ProxyVerbs are the verbs on pods/proxy that ShimViaProxy needs: the apiserver authorizes a proxied
+// request by its method (GET get, POST create, PUT update, DELETE delete), and the protocol uses those
+// four (`stepctl manifests --via proxy` grants them).
+var ProxyVerbs = []string{"get", "create", "update", "delete"}
 
 // Unneeded are the rights a worker never uses, as resource/subresource and verb: holding them is
 // over-privileged.
@@ -86,6 +91,11 @@ type Health struct {
 	Needed []Access `json:"needed"`
 	// Unneeded are the exec family's rights, with their answers; an allowed one is a warning.
 	Unneeded []Access `json:"unneeded"`
+	// Proxy are the pods/proxy verbs ShimViaProxy needs, with their answers.
+	Proxy []Access `json:"proxy"`
+	// ProxyAllowed says every one of them is: the worker may reach shims through the apiserver.
+	// Reaching them at pod IPs needs no right, only a route, which no access review can tell.
+	ProxyAllowed bool `json:"proxyAllowed"`
 	// OK says every needed verb is allowed.
 	OK bool `json:"ok"`
 }
@@ -108,7 +118,7 @@ func (w *Worker) Check(ctx context.Context) (*Health, error) {
 	if err != nil {
 		return nil, fmt.Errorf("k8s: server version: %w", err)
 	}
-	h := &Health{ServerVersion: v.GitVersion, Namespace: w.namespace, OK: true}
+	h := &Health{ServerVersion: v.GitVersion, Namespace: w.namespace, OK: true, ProxyAllowed: true}
 	for _, verb := range PodVerbs {
 		a, err := w.review(ctx, "pods", verb)
 		if err != nil {
@@ -116,6 +126,14 @@ func (w *Worker) Check(ctx context.Context) (*Health, error) {
 		}
 		h.Needed = append(h.Needed, a)
 		h.OK = h.OK && a.Allowed
+	}
+	for _, verb := range ProxyVerbs {
+		a, err := w.review(ctx, "pods/proxy", verb)
+		if err != nil {
+			return nil, err
+		}
+		h.Proxy = append(h.Proxy, a)
+		h.ProxyAllowed = h.ProxyAllowed && a.Allowed
 	}
 	for _, u := range Unneeded {
 		a, err := w.review(ctx, u[0], u[1])

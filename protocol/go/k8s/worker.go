@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -269,4 +270,21 @@ func (w *Worker) Shim(name string) (*shim.Client, error) {
 // ShimAt is a client for the shim of pod name at ip.
 func (w *Worker) ShimAt(name, ip string) (*shim.Client, error) {
 	return shim.New("http://"+net.JoinHostPort(ip, strconv.Itoa(ShimPort)), w.Token(name))
+}
+
+// ShimViaProxy is a client for the shim of pod name through the apiserver's
+// pods/{name}:7777/proxy, for a worker that cannot route to pod IPs (outside the cluster). Requests
+// go out on the clientset's own transport (TLS and credentials from the rest config, refreshed as
+// client-go does) and the token travels in shim.ProxyTokenHeader, because the apiserver keeps
+// Authorization for itself. The credentials need get, create, update and delete on pods/proxy
+// (`stepctl manifests --via proxy`). The pod need not be in the cache: the apiserver resolves it.
+func (w *Worker) ShimViaProxy(name string) (*shim.Client, error) {
+	rc, ok := w.cs.CoreV1().RESTClient().(*rest.RESTClient)
+	if !ok || rc.Client == nil {
+		return nil, errors.New("k8s: ShimViaProxy needs a clientset built from a rest config")
+	}
+	u := rc.Get().AbsPath("/api/v1/namespaces", w.namespace, "pods", name+":"+strconv.Itoa(ShimPort), "proxy").URL()
+	// A client of its own, on the same transport: the clientset's http.Client may carry a Timeout,
+	// which would cut output streams and long waits.
+	return shim.NewViaProxy(u.String(), rc.Client.Transport, w.Token(name))
 }
