@@ -24,10 +24,11 @@ pub fn parse_seconds(s: &str) -> Option<std::time::Duration> {
     if whole.is_empty() && frac.is_empty() || !digits(whole) || !digits(frac) || frac.len() > 9 {
         return None;
     }
+    // Digits only by now: a number too large for u64 saturates (callers cap it anyway).
     let secs: u64 = if whole.is_empty() {
         0
     } else {
-        whole.parse().ok()?
+        whole.parse().unwrap_or(u64::MAX)
     };
     let nanos: u32 = if frac.is_empty() {
         0
