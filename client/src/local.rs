@@ -48,8 +48,7 @@ pub enum LaunchError {
     Client(#[from] ClientError),
 }
 
-/// A running local shim.
-#[derive(Debug)]
+/// A running local shim. Its `Debug` never shows the token.
 pub struct LocalShim {
     /// The child process (or its wrapper).
     pub child: Child,
@@ -79,6 +78,16 @@ pub fn find_binary(explicit: Option<PathBuf>) -> Option<PathBuf> {
             .map(|d| d.join("stepshim"))
             .find(|p| p.is_file())
     })
+}
+
+impl std::fmt::Debug for LocalShim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalShim")
+            .field("pid", &self.child.id())
+            .field("addr", &self.addr)
+            .field("token", &"<redacted>")
+            .finish_non_exhaustive()
+    }
 }
 
 /// A fresh random token: 16 bytes as hex.

@@ -3,7 +3,8 @@
 //! for re-attachment, feed their stdin, signal and resize them, reap everything, and move files.
 //!
 //! # Layout
-//! - [`config`]: `STEPSHIM_*` variables and flags, validated once.
+//! - [`config`]: `STEPSHIM_*` variables and flags (named in `protocol::settings`), validated once.
+//! - [`boot`]: process-wide settings, the listener, the ready file, signals, `stepshim install`.
 //! - [`sys`]: the only `unsafe` code: fork/exec, waitpid, pty, signals, limits.
 //! - [`reaper`]: the single `waitpid` loop, routing exits by pid to the table.
 //! - [`table`]: processes by id and pid; spawn, delete, shutdown.
@@ -19,6 +20,7 @@
 //! - [`user`], [`clock`], [`logging`]: `/etc/passwd` lookups, RFC 3339 times, the log line writer.
 
 pub mod auth;
+pub mod boot;
 pub mod clock;
 pub mod config;
 pub mod error;
@@ -38,7 +40,6 @@ pub mod table;
 pub mod tree;
 pub mod user;
 
-use std::io::Read;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
@@ -48,19 +49,19 @@ pub use config::Config;
 
 /// A random id for this start of the shim.
 pub fn new_boot_id() -> String {
-    let mut b = [0u8; 16];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_err()
-    {
-        // No urandom (odd container): time and pid still tell restarts apart.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        b[..8].copy_from_slice(&(t.as_nanos() as u64).to_be_bytes());
-        b[8..12].copy_from_slice(&std::process::id().to_be_bytes());
-    }
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    let random = || sys::fs::random_u64().ok();
+    let (a, b) = match (random(), random()) {
+        (Some(a), Some(b)) => (a, b),
+        // No getrandom (a very old kernel or a seccomp filter): time and pid still tell restarts
+        // apart, which is all a boot id is for.
+        _ => {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            (t.as_nanos() as u64, u64::from(std::process::id()))
+        }
+    };
+    format!("{a:016x}{b:016x}")
 }
 
 /// The shim's environment minus `STEPSHIM_*`: the base of every process's environment.

@@ -11,8 +11,7 @@ use std::time::Duration;
 use client::ShimClient;
 use client::local::{Launch, LocalShim};
 
-/// A running shim child process.
-#[derive(Debug)]
+/// A running shim child process. Its `Debug` never shows the token.
 pub struct Shim {
     /// The shim (stopped when dropped).
     pub local: LocalShim,
@@ -24,6 +23,14 @@ pub struct Shim {
     pub client: ShimClient,
     /// Everything it logged so far.
     pub log: Arc<Mutex<String>>,
+}
+
+impl std::fmt::Debug for Shim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shim")
+            .field("local", &self.local)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The shim binary under test: `$STEPSHIM_BIN`, else `stepshim` in the target directory of the test

@@ -1,0 +1,88 @@
+//! Starting the shim as a process: process-wide settings (subreaper, non-dumpable, open-file limit
+//! and the connection cap it allows), the listener, the ready file, the shutdown signals, and the
+//! `install` verb an init container runs. `main.rs` only sequences these.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::warn;
+
+use crate::{Config, sys};
+
+/// Listen backlog: room for a burst of connections beyond the connection cap, so a health probe
+/// arriving during a flood waits in the queue instead of having its SYN dropped (a 1 s retransmit).
+/// The kernel caps it at `net.core.somaxconn`.
+const BACKLOG: u32 = 8192;
+
+/// Process-wide settings, before the runtime starts. Each failure is logged and survived: the shim
+/// still serves, with the protection named in the warning missing.
+pub fn process_settings(config: &mut Config) {
+    if let Err(e) = sys::set_child_subreaper() {
+        warn!(cause = %e, "cannot become a child subreaper; orphans outside PID 1 go elsewhere");
+    }
+    if let Err(e) = sys::set_non_dumpable() {
+        warn!(cause = %e, "cannot mark the shim non-dumpable; a step of the same user could ptrace it");
+    }
+    match sys::raise_nofile_limit() {
+        // Connections may take at most half the descriptors; processes, pipes and spill files
+        // keep the rest, so a connection flood cannot starve a spawn.
+        Ok(limit) => {
+            let most = usize::try_from(limit / 2).unwrap_or(usize::MAX).max(4);
+            if config.max_connections > most {
+                warn!(
+                    configured = config.max_connections,
+                    used = most,
+                    "STEPSHIM_MAX_CONNECTIONS lowered to half the open-file limit"
+                );
+                config.max_connections = most;
+            }
+        }
+        Err(e) => warn!(cause = %e, "cannot raise the open-file limit"),
+    }
+}
+
+/// The listening socket, with [`BACKLOG`].
+pub fn listen(addr: SocketAddr) -> io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
+/// Writes `addr` and a newline to `path` through a temporary file and a rename, so a reader sees the
+/// whole address or nothing (`STEPSHIM_READY_FILE`).
+pub fn announce(path: &Path, addr: &str) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, format!("{addr}\n"))?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+pub fn shutdown_signal() -> io::Result<impl Future<Output = ()>> {
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}
+
+/// `stepshim install DEST`: copies this binary to DEST, executable. An init container runs it from
+/// the shim image (which has nothing else, not even `cp`) to put the shim into a volume the step's
+/// container shares.
+pub fn install(dest: &str) -> io::Result<()> {
+    let bytes = std::fs::read("/proc/self/exe")?;
+    let tmp = format!("{dest}.tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    std::fs::rename(&tmp, dest)
+}
