@@ -283,10 +283,18 @@ pub async fn start(
             error,
         });
     }
-    // The spawn resumes only once the child has exec'd (vfork): the program's own
-    // children forked from now on inherit the raised value.
-    if let Err(e) = crate::oom::set_score_adj(pid, oom_score_adj) {
-        tracing::debug!(pid, cause = %e, "cannot set oom_score_adj");
+    // The spawn resumes once the child has released the shim's memory in `execve` (vfork): the
+    // program's own children forked from now on inherit the raised value. A shim that is not root
+    // may find the child's `/proc` entry still root's (non-dumpable) for a moment, until `execve`
+    // has installed the new program's credentials: it tries again for a few milliseconds.
+    let mut tries = 0;
+    while let Err(e) = crate::oom::set_score_adj(pid, oom_score_adj) {
+        tries += 1;
+        if tries > 20 || e.kind() != io::ErrorKind::PermissionDenied {
+            tracing::debug!(pid, cause = %e, "cannot set oom_score_adj");
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_micros(250)).await;
     }
     Ok(Started {
         pid,
