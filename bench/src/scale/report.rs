@@ -1,0 +1,164 @@
+//! The scale benchmark's results: a markdown table per phase (start and ticks, after the restart),
+//! the raw numbers as JSON, written to a results directory; and the verdict (a LIST per tick after
+//! start, or a deletion never noticed, fails the run; numbers themselves never do).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::measure::{DriverResult, Notices};
+
+/// Everything one run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Results {
+    /// When, what machine, which Kubernetes, which command, how many pods.
+    pub context: serde_json::Value,
+    /// Seconds to create the pods.
+    pub create_secs: f64,
+    /// One entry per driver, in the order run.
+    pub drivers: Vec<DriverResult>,
+}
+
+fn pct(v: &[f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+fn notice(n: &Notices) -> String {
+    format!(
+        "{:.1} / {:.1} / {:.1} ms",
+        pct(&n.ms, 50.0),
+        pct(&n.ms, 90.0),
+        n.ms.last().copied().unwrap_or(0.0)
+    )
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+/// The markdown report.
+pub fn markdown(r: &Results) -> String {
+    let mut s = String::new();
+    let c = &r.context;
+    let _ = writeln!(
+        s,
+        "{} pending step pods of one worker, created in {:.0} s; Kubernetes {}, {} CPUs; `{}`.\n",
+        c["pods"],
+        r.create_secs,
+        c["kubernetes"].as_str().unwrap_or("?"),
+        c["cpus"],
+        c["command"].as_str().unwrap_or("")
+    );
+    let _ = writeln!(
+        s,
+        "| driver | pods cached | first sync | LIST / WATCH at start | ticks | LIST per tick | WATCH per tick | other per tick | tick p50 | RSS ready | RSS peak | deletion to notice p50 / p90 / max | missed |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for d in &r.drivers {
+        let t = &d.ticks;
+        let per = |x: f64| x / t.done.max(1) as f64;
+        let mut ms = t.ms.clone();
+        ms.sort_unstable();
+        let _ = writeln!(
+            s,
+            "| {:?} | {} | {} ms | {} / {} | {} | {:.2} | {:.2} | {:.2} | {} ms | {} | {} | {} | {} |",
+            d.driver,
+            d.pods_at_start,
+            d.sync_ms,
+            d.start.list,
+            d.start.watch,
+            t.done,
+            per(t.requests.list),
+            per(t.requests.watch),
+            per(t.requests.other),
+            ms.get(ms.len() / 2).copied().unwrap_or(0),
+            mib(d.memory_ready.rss_kib),
+            mib(d.memory_end.peak_kib),
+            notice(&d.notices),
+            d.notices.missed
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nThe first tick of each driver collected its orphans ({}); \"other\" counts those DELETEs. Pod LISTs by every tenant of the cluster during the ticks: {}.",
+        r.drivers
+            .iter()
+            .map(|d| format!("{:?} {}", d.driver, d.ticks.collected.first().unwrap_or(&0)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        r.drivers
+            .iter()
+            .map(|d| format!("{:?} window {}", d.driver, d.ticks.requests.all_pod_lists))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if r.drivers.iter().any(|d| d.restart.is_some()) {
+        let _ = writeln!(
+            s,
+            "\n| after `restart-apiserver --kill` | restart | LISTs since | WATCHes since | other since | ticks ok / failed | pods cached | deletion to notice p50 / p90 / max | missed |\n|---|---|---|---|---|---|---|---|---|"
+        );
+        for d in &r.drivers {
+            let Some(a) = &d.restart else { continue };
+            let _ = writeln!(
+                s,
+                "| {:?} | {:.1} s | {} | {} | {} | {} / {} | {} | {} | {} |",
+                d.driver,
+                a.restart_secs,
+                a.requests.list,
+                a.requests.watch,
+                a.requests.other,
+                a.ticks.done,
+                a.ticks.failed,
+                a.ticks.pods,
+                notice(&a.notices),
+                a.notices.missed
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nCounted from the restart over {} s of ticks and the deletions after them.",
+            r.drivers
+                .iter()
+                .filter_map(|d| d.restart.as_ref())
+                .map(|a| format!("{:.0}", a.ticks.secs))
+                .next()
+                .unwrap_or_default()
+        );
+    }
+    s
+}
+
+/// What fails the run: a pod LIST during the ticks (after start, the apiserver not restarted by
+/// someone else meanwhile), or a deletion the worker never noticed.
+pub fn failures(r: &Results) -> Vec<String> {
+    let mut out = Vec::new();
+    for d in &r.drivers {
+        let t = &d.ticks.requests;
+        if t.restarted {
+            eprintln!(
+                "scale: {:?}: the apiserver restarted during the ticks (not ours); LISTs not judged",
+                d.driver
+            );
+        } else if t.list > 0.0 {
+            out.push(format!("{:?}: {} pod LISTs during {} ticks", d.driver, t.list, d.ticks.done));
+        }
+        let missed = d.notices.missed + d.restart.as_ref().map_or(0, |a| a.notices.missed);
+        if missed > 0 {
+            out.push(format!("{:?}: {missed} deletions never noticed", d.driver));
+        }
+    }
+    out
+}
+
+/// Writes `scale.json` and `scale.md` into `dir`.
+pub fn write(dir: &Path, r: &Results) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("scale.json"), serde_json::to_string_pretty(r)?)?;
+    std::fs::write(dir.join("scale.md"), markdown(r))?;
+    Ok(())
+}
