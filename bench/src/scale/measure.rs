@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::child::{Driver, Kind, Memory, Spec};
+use super::proxy::{self, Seen};
 use super::requests::{self, Requests};
 use super::setup::Scene;
 use crate::args::ScaleArgs;
@@ -30,8 +31,10 @@ pub struct Ticks {
     pub pods: u64,
     /// Window length, seconds.
     pub secs: f64,
-    /// The worker's requests in the window.
+    /// The worker's requests in the window, as the apiserver counted them.
     pub requests: Requests,
+    /// The worker's requests in the window, as it sent them.
+    pub seen: Seen,
 }
 
 /// Deletions timed.
@@ -54,8 +57,11 @@ pub struct AfterRestart {
     pub ticks: Ticks,
     /// Deletions after those ticks.
     pub notices: Notices,
-    /// The worker's requests from the restart to the end (the counters restart with the apiserver).
+    /// The worker's requests from the restart to the end, as the apiserver counted them (its
+    /// counters restart with it, and its FlowSchemas load only after it starts serving).
     pub requests: Requests,
+    /// The worker's requests from just before the restart to the end, as it sent them.
+    pub seen: Seen,
 }
 
 /// One driver's numbers.
@@ -67,8 +73,10 @@ pub struct DriverResult {
     pub pods_at_start: u64,
     /// From the process start to a filled cache, ms (as the driver measured it).
     pub sync_ms: u64,
-    /// Requests from the process start to a filled cache.
+    /// Requests from the process start to a filled cache, as the apiserver counted them.
     pub start: Requests,
+    /// The same, as the driver sent them.
+    pub start_seen: Seen,
     /// Memory when ready.
     pub memory_ready: Memory,
     /// GC ticks.
@@ -89,6 +97,7 @@ fn unix_ns() -> u64 {
 
 async fn ticks(d: &mut Driver, scene: &Scene, n: usize, every: Duration) -> Result<Ticks> {
     let before = requests::read(&scene.client).await?;
+    let seen_before = scene.proxy.seen();
     let started = Instant::now();
     let mut t = Ticks::default();
     for i in 0..n {
@@ -110,6 +119,7 @@ async fn ticks(d: &mut Driver, scene: &Scene, n: usize, every: Duration) -> Resu
     t.secs = started.elapsed().as_secs_f64();
     let after = requests::read(&scene.client).await?;
     t.requests = before.until(&after, &scene.schema_prefix);
+    t.seen = proxy::since(&seen_before, &scene.proxy.seen());
     Ok(t)
 }
 
@@ -149,25 +159,24 @@ pub async fn driver(
 ) -> Result<DriverResult> {
     let every = Duration::from_millis(args.tick_ms);
     let before = requests::read(&scene.client).await?;
+    let seen_before = scene.proxy.seen();
     let mut d = Driver::start(kind, spec, go_bin)?;
     let ready = d.expect("ready", Duration::from_secs(180)).await?;
     let start = before.until(&requests::read(&scene.client).await?, &scene.schema_prefix);
+    let start_seen = proxy::since(&seen_before, &scene.proxy.seen());
     let memory_ready = d.memory();
     eprintln!(
-        "scale: {kind:?} ready with {} pods in {} ms ({} LISTs, {} WATCHes), RSS {} MiB",
+        "scale: {kind:?} ready with {} pods in {} ms, sent {:?}, RSS {} MiB",
         ready["pods"],
         ready["sync_ms"],
-        start.list,
-        start.watch,
+        start_seen,
         memory_ready.rss_kib / 1024
     );
     let ticks_result = ticks(&mut d, scene, args.ticks, every).await?;
     eprintln!(
-        "scale: {kind:?} {} ticks: {} LISTs, {} WATCHes, {} other requests; collected {:?}",
+        "scale: {kind:?} {} ticks: sent {:?}; collected {:?}",
         ticks_result.done,
-        ticks_result.requests.list,
-        ticks_result.requests.watch,
-        ticks_result.requests.other,
+        ticks_result.seen,
         ticks_result.collected.iter().sum::<usize>()
     );
     let split = if args.restart_cmd.is_some() {
@@ -193,6 +202,7 @@ pub async fn driver(
         pods_at_start: ready["pods"].as_u64().unwrap_or(0),
         sync_ms: ready["sync_ms"].as_u64().unwrap_or(0),
         start,
+        start_seen,
         memory_ready,
         ticks: ticks_result,
         notices: notices_result,
@@ -209,6 +219,7 @@ async fn restart(
     victims: &[String],
 ) -> Result<AfterRestart> {
     let before = requests::read(&scene.client).await?;
+    let seen_before = scene.proxy.seen();
     let t = Instant::now();
     let status = tokio::process::Command::new("sh")
         .arg("-c")
@@ -230,11 +241,9 @@ async fn restart(
     let notices_result = notices(d, scene, victims).await?;
     let after = requests::read(&scene.client).await?;
     let requests = before.until(&after, &scene.schema_prefix);
+    let seen = proxy::since(&seen_before, &scene.proxy.seen());
     eprintln!(
-        "scale: after the restart ({restart_secs:.1} s): {} LISTs, {} WATCHes, {} other; noticed {} deletions (missed {})",
-        requests.list,
-        requests.watch,
-        requests.other,
+        "scale: after the restart ({restart_secs:.1} s): sent {seen:?}; noticed {} deletions (missed {})",
         notices_result.ms.len(),
         notices_result.missed
     );
@@ -243,5 +252,6 @@ async fn restart(
         ticks: ticks_result,
         notices: notices_result,
         requests,
+        seen,
     })
 }

@@ -9,6 +9,7 @@
 //! # Layout
 //! - [`setup`]: namespace, the worker's service account and kubeconfig, FlowSchemas, the pods.
 //! - [`requests`]: the worker's own requests, from the apiserver's `/metrics`.
+//! - [`proxy`]: the worker's own requests as it sent them, through a counting pass-through.
 //! - [`child`]: a driver as a child process and its line protocol; its memory.
 //! - [`worker`]: the Rust driver (`stepshim-bench scale-worker`).
 //! - [`measure`]: one driver measured: start, ticks, deletions, restart.
@@ -16,6 +17,7 @@
 
 mod child;
 mod measure;
+mod proxy;
 mod report;
 mod requests;
 mod setup;
@@ -72,9 +74,20 @@ pub async fn run(args: &ScaleArgs) -> Result<i32> {
         (None, true) => build_go(&work).await?,
         (None, false) => PathBuf::new(),
     };
+    let admin = match &args.kubeconfig {
+        Some(p) => {
+            kube::Config::from_custom_kubeconfig(
+                kube::config::Kubeconfig::read_from(p)?,
+                &Default::default(),
+            )
+            .await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    let proxy = proxy::Proxy::start(&admin).await?;
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     setup::check_free(&client, &args.namespace).await?;
-    let result = scene_and_measure(client.clone(), args, &kinds, &go_bin, &work).await;
+    let result = scene_and_measure(client.clone(), proxy, args, &kinds, &go_bin, &work).await;
     let torn = setup::teardown(&client, &args.namespace).await;
     let _ = std::fs::remove_dir_all(&work);
     let results = result?;
@@ -92,12 +105,13 @@ pub async fn run(args: &ScaleArgs) -> Result<i32> {
 
 async fn scene_and_measure(
     client: kube::Client,
+    proxy: proxy::Proxy,
     args: &ScaleArgs,
     kinds: &[Kind],
     go_bin: &Path,
     work: &Path,
 ) -> Result<Results> {
-    let scene = setup::scene(client, args.kubeconfig.as_deref(), &args.namespace, work).await?;
+    let scene = setup::scene(client, proxy, &args.namespace, work).await?;
     let names: Vec<String> = (0..args.pods).map(|i| format!("{}{i}", setup::PREFIX)).collect();
     let create_secs = scene.create(names, args.parallel).await?;
     eprintln!(

@@ -19,10 +19,10 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::flowcontrol::v1::FlowSchema;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{DeleteParams, PostParams};
-use kube::config::Kubeconfig;
 use kube::{Api, Client};
 use serde_json::json;
 
+use super::proxy::Proxy;
 use super::requests::CLASSES;
 use controller::manifests::POD_VERBS;
 use controller::podspec::{Delivery, StepSpec, build_pod};
@@ -49,6 +49,8 @@ pub struct Scene {
     pub key: Key,
     /// Prefix of the FlowSchema names, `<namespace>`.
     pub schema_prefix: String,
+    /// The counting proxy the drivers reach the apiserver through.
+    pub proxy: Proxy,
 }
 
 impl std::fmt::Debug for Scene {
@@ -70,9 +72,9 @@ pub async fn check_free(client: &Client, namespace: &str) -> Result<()> {
     Ok(())
 }
 
-/// Creates the namespace, the worker's account, kubeconfig and key, and the FlowSchemas. On error,
-/// the caller runs `teardown`.
-pub async fn scene(client: Client, admin: Option<&Path>, namespace: &str, dir: &Path) -> Result<Scene> {
+/// Creates the namespace, the worker's account, kubeconfig (to the apiserver through `proxy`) and
+/// key, and the FlowSchemas. On error, the caller runs `teardown`.
+pub async fn scene(client: Client, proxy: Proxy, namespace: &str, dir: &Path) -> Result<Scene> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .create(&PostParams::default(), &obj(json!({"metadata": {"name": namespace}}))?)
@@ -127,7 +129,7 @@ pub async fn scene(client: Client, admin: Option<&Path>, namespace: &str, dir: &
         .context("token request without a status")?
         .token;
     let kubeconfig = dir.join("worker.kubeconfig");
-    write_kubeconfig(admin, &kubeconfig, namespace, &token)?;
+    write_kubeconfig(proxy.port, &kubeconfig, namespace, &token)?;
     let bytes = rand::random::<[u8; 32]>();
     let key_file = dir.join("key");
     std::fs::write(&key_file, bytes)?;
@@ -139,6 +141,7 @@ pub async fn scene(client: Client, admin: Option<&Path>, namespace: &str, dir: &
         key_file,
         key,
         schema_prefix: namespace.to_owned(),
+        proxy,
     })
 }
 
@@ -166,30 +169,13 @@ async fn wait_schemas_seen(schemas: &Api<FlowSchema>, namespace: &str) -> Result
     Ok(())
 }
 
-/// The admin kubeconfig's cluster with the worker's token as the only user.
-fn write_kubeconfig(admin: Option<&Path>, out: &Path, namespace: &str, token: &str) -> Result<()> {
-    let kc = match admin {
-        Some(p) => Kubeconfig::read_from(p)?,
-        None => Kubeconfig::read()?,
-    };
-    let current = kc.current_context.clone().context("admin kubeconfig: no current context")?;
-    let cluster_name = kc
-        .contexts
-        .iter()
-        .find(|c| c.name == current)
-        .and_then(|c| c.context.as_ref())
-        .map(|c| c.cluster.clone())
-        .context("admin kubeconfig: current context not found")?;
-    let cluster = kc
-        .clusters
-        .iter()
-        .find(|c| c.name == cluster_name)
-        .context("admin kubeconfig: cluster not found")?;
+/// A kubeconfig for the counting proxy on `port` with the worker's token as its user.
+fn write_kubeconfig(port: u16, out: &Path, namespace: &str, token: &str) -> Result<()> {
     let doc = json!({
         "apiVersion": "v1", "kind": "Config",
-        "clusters": [cluster],
+        "clusters": [{"name": "proxy", "cluster": {"server": format!("http://127.0.0.1:{port}")}}],
         "users": [{"name": WORKER, "user": {"token": token}}],
-        "contexts": [{"name": WORKER, "context": {"cluster": cluster_name, "user": WORKER, "namespace": namespace}}],
+        "contexts": [{"name": WORKER, "context": {"cluster": "proxy", "user": WORKER, "namespace": namespace}}],
         "current-context": WORKER,
     });
     // JSON is YAML: both clients read it.

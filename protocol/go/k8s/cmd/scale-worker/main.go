@@ -25,6 +25,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"stepshim.dev/protocol/go/k8s"
 )
 
@@ -42,6 +45,26 @@ func main() {
 	}
 }
 
+// clientset is k8s.Clientset for the benchmark's kubeconfig, which points at its counting proxy over
+// plain HTTP on loopback: clientcmd applies a kubeconfig's user only over TLS, so the token is set
+// here from the same file. Everything else is as the kubeconfig says.
+func clientset(kubeconfig string) (kubernetes.Interface, error) {
+	raw, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.NewDefaultClientConfig(*raw, nil).ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	if ctx := raw.Contexts[raw.CurrentContext]; ctx != nil && cfg.BearerToken == "" {
+		if user := raw.AuthInfos[ctx.AuthInfo]; user != nil {
+			cfg.BearerToken = user.Token
+		}
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
 func emit(out *json.Encoder, v map[string]any) {
 	// Encoding a map of strings, numbers and string slices cannot fail; a closed stdout ends the
 	// process at the next read of stdin anyway.
@@ -53,7 +76,7 @@ func run(kubeconfig, namespace, worker, keyFile, prefix string, count int) error
 	if err != nil {
 		return err
 	}
-	cs, err := k8s.Clientset(kubeconfig)
+	cs, err := clientset(kubeconfig)
 	if err != nil {
 		return err
 	}
