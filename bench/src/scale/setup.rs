@@ -18,7 +18,7 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::flowcontrol::v1::FlowSchema;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -250,6 +250,12 @@ pub async fn teardown(client: &Client, namespace: &str) -> Result<()> {
     }
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let started = Instant::now();
+    // One DELETE for every pod: the namespace controller alone deletes them one by one at its
+    // client's rate (about 20 a second), minutes for thousands.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let _ = pods
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
     let _ = namespaces.delete(namespace, &DeleteParams::default()).await;
     while namespaces.get_opt(namespace).await?.is_some() {
         if started.elapsed() > Duration::from_secs(300) {
