@@ -157,4 +157,8 @@ pub struct ScaleWorkerArgs {
     /// Number of desired pods: prefix0 .. prefix(count-1).
     #[arg(long)]
     pub count: usize,
+    /// Memory analysis only: the runtime's reflector with `metadata.managedFields` dropped before
+    /// the store; says `ready` and then answers only `quit`.
+    #[arg(long)]
+    pub strip_managed_fields: bool,
 }

@@ -12,9 +12,11 @@ fn main() -> std::process::ExitCode {
     // benchmark drives hundreds of streams on both paths and gets every core.
     let runtime = match &cli.command {
         // The Rust scale driver runs as stepctl does, on one thread, so its RSS is stepctl's.
-        Command::Local(_) | Command::ScaleWorker(_) => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build(),
+        Command::Local(_) | Command::ScaleWorker(_) => {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+        }
         Command::Cluster(_) | Command::Scale(_) => tokio::runtime::Runtime::new(),
     };
     let runtime = match runtime {

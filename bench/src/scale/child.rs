@@ -18,6 +18,9 @@ pub enum Kind {
     Rust,
     /// `k8s.Worker` of the Go kit (`protocol/go/k8s`).
     Go,
+    /// Memory analysis only: the Rust runtime's reflector with `managedFields` dropped before the
+    /// store (`scale-worker --strip-managed-fields`); measured up to its filled cache.
+    RustStripped,
 }
 
 impl Kind {
@@ -26,7 +29,8 @@ impl Kind {
         match s {
             "rust" => Ok(Kind::Rust),
             "go" => Ok(Kind::Go),
-            _ => bail!("unknown driver {s:?} (rust, go)"),
+            "rust-stripped" => Ok(Kind::RustStripped),
+            _ => bail!("unknown driver {s:?} (rust, go, rust-stripped)"),
         }
     }
 }
@@ -70,9 +74,12 @@ impl Driver {
     /// Starts `kind` with `spec`; `go_bin` is the Go program.
     pub fn start(kind: Kind, spec: &Spec, go_bin: &Path) -> Result<Self> {
         let mut cmd = match kind {
-            Kind::Rust => {
+            Kind::Rust | Kind::RustStripped => {
                 let mut c = Command::new(std::env::current_exe().context("own executable")?);
                 c.arg("scale-worker");
+                if kind == Kind::RustStripped {
+                    c.arg("--strip-managed-fields");
+                }
                 c
             }
             Kind::Go => Command::new(go_bin),
@@ -94,7 +101,9 @@ impl Driver {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
-        let mut child = cmd.spawn().with_context(|| format!("starting {kind:?} driver"))?;
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {kind:?} driver"))?;
         let pid = child.id().context("driver pid")?;
         let stdin = child.stdin.take().context("driver stdin")?;
         let stdout = child.stdout.take().context("driver stdout")?;
@@ -136,7 +145,8 @@ impl Driver {
 
     /// The driver's memory now.
     pub fn memory(&self) -> Memory {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
         let field = |name: &str| {
             status
                 .lines()

@@ -130,7 +130,10 @@ async fn notices(d: &mut Driver, scene: &Scene, names: &[String]) -> Result<Noti
         d.expect("watching", Duration::from_secs(10)).await?;
         let sent = unix_ns();
         let t = Instant::now();
-        scene.delete(name).await.with_context(|| format!("deleting {name}"))?;
+        scene
+            .delete(name)
+            .await
+            .with_context(|| format!("deleting {name}"))?;
         n.delete_ms.push(t.elapsed().as_secs_f64() * 1e3);
         let v = d
             .expect("gone", Duration::from_millis(NOTICE_LIMIT_MS + 10_000))
@@ -172,6 +175,22 @@ pub async fn driver(
         start_seen,
         memory_ready.rss_kib / 1024
     );
+    if kind == Kind::RustStripped {
+        let memory_end = d.memory();
+        d.quit().await?;
+        return Ok(DriverResult {
+            driver: kind,
+            pods_at_start: ready["pods"].as_u64().unwrap_or(0),
+            sync_ms: ready["sync_ms"].as_u64().unwrap_or(0),
+            start,
+            start_seen,
+            memory_ready,
+            ticks: Ticks::default(),
+            notices: Notices::default(),
+            restart: None,
+            memory_end,
+        });
+    }
     let ticks_result = ticks(&mut d, scene, args.ticks, every).await?;
     eprintln!(
         "scale: {kind:?} {} ticks: sent {:?}; collected {:?}",

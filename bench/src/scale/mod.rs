@@ -92,7 +92,10 @@ pub async fn run(args: &ScaleArgs) -> Result<i32> {
     let _ = std::fs::remove_dir_all(&work);
     let results = result?;
     torn?;
-    let dir = args.results.clone().unwrap_or_else(|| "results/scale".into());
+    let dir = args
+        .results
+        .clone()
+        .unwrap_or_else(|| "results/scale".into());
     report::write(&dir, &results)?;
     print!("{}", report::markdown(&results));
     eprintln!("scale: results in {}", dir.display());
@@ -112,7 +115,9 @@ async fn scene_and_measure(
     work: &Path,
 ) -> Result<Results> {
     let scene = setup::scene(client, proxy, &args.namespace, work).await?;
-    let names: Vec<String> = (0..args.pods).map(|i| format!("{}{i}", setup::PREFIX)).collect();
+    let names: Vec<String> = (0..args.pods)
+        .map(|i| format!("{}{i}", setup::PREFIX))
+        .collect();
     let create_secs = scene.create(names, args.parallel).await?;
     eprintln!(
         "scale: {} pods created in {create_secs:.1} s ({:.0}/s)",

@@ -47,7 +47,10 @@ pub struct Proxy {
 fn class(method: &http::Method, uri: &http::Uri) -> &'static str {
     let segs: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
     let pods = method == http::Method::GET
-        && matches!(segs.as_slice(), ["api", "v1", "namespaces", _, "pods"] | ["api", "v1", "pods"]);
+        && matches!(
+            segs.as_slice(),
+            ["api", "v1", "namespaces", _, "pods"] | ["api", "v1", "pods"]
+        );
     if !pods {
         return "other";
     }
@@ -105,7 +108,13 @@ async fn forward(
         bump(&|k| k.ok += 1);
     }
     let (mut parts, body) = res.into_parts();
-    for name in ["connection", "keep-alive", "transfer-encoding", "upgrade", "trailer"] {
+    for name in [
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "upgrade",
+        "trailer",
+    ] {
         parts.headers.remove(name);
     }
     let counted = body.map_frame(move |f| {
@@ -116,7 +125,10 @@ async fn forward(
         }
         f
     });
-    Ok(Response::from_parts(parts, counted.map_err(Into::into).boxed_unsync()))
+    Ok(Response::from_parts(
+        parts,
+        counted.map_err(Into::into).boxed_unsync(),
+    ))
 }
 
 fn status(code: StatusCode) -> Response<Out> {
@@ -185,9 +197,18 @@ mod tests {
     fn tells_lists_watches_and_relists_by_watch_apart() {
         let c = |m: &str, u: &str| class(&m.parse().expect("method"), &u.parse().expect("uri"));
         let pods = "/api/v1/namespaces/ns/pods";
-        assert_eq!(c("GET", &format!("{pods}?labelSelector=a%3Db&limit=500")), "list");
-        assert_eq!(c("GET", &format!("{pods}?watch=true&resourceVersion=7")), "watch");
-        assert_eq!(c("GET", &format!("{pods}?allowWatchBookmarks=true&watch=1")), "watch");
+        assert_eq!(
+            c("GET", &format!("{pods}?labelSelector=a%3Db&limit=500")),
+            "list"
+        );
+        assert_eq!(
+            c("GET", &format!("{pods}?watch=true&resourceVersion=7")),
+            "watch"
+        );
+        assert_eq!(
+            c("GET", &format!("{pods}?allowWatchBookmarks=true&watch=1")),
+            "watch"
+        );
         assert_eq!(
             c("GET", &format!("{pods}?sendInitialEvents=true&watch=true")),
             "watch-list"

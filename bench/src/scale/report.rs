@@ -8,6 +8,7 @@ use std::path::Path;
 use anyhow::Result;
 use serde::Serialize;
 
+use super::child::Kind;
 use super::measure::{DriverResult, Notices};
 use super::proxy::Seen;
 
@@ -59,6 +60,15 @@ fn sent(s: &Seen) -> String {
     )
 }
 
+/// The highest of the readings: Linux updates a process's RSS counters lazily, so a `VmHWM` read
+/// later can be a little below a `VmRSS` read earlier.
+fn peak(d: &DriverResult) -> u64 {
+    d.memory_end
+        .peak_kib
+        .max(d.memory_ready.rss_kib)
+        .max(d.memory_ready.peak_kib)
+}
+
 fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
 }
@@ -80,7 +90,7 @@ pub fn markdown(r: &Results) -> String {
         s,
         "| driver | pods cached | first sync | start: LIST / WATCH / WATCH-list sent | ticks | per tick: LIST + WATCH-list sent | WATCH sent | other sent in all ticks | LIST, WATCH counted by the apiserver | tick p50 | RSS ready | RSS peak | deletion to notice p50 / p90 / max | missed |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
-    for d in &r.drivers {
+    for d in r.drivers.iter().filter(|d| d.driver != Kind::RustStripped) {
         let t = &d.ticks;
         let per = |x: f64| x / t.done.max(1) as f64;
         let mut ms = t.ms.clone();
@@ -100,7 +110,7 @@ pub fn markdown(r: &Results) -> String {
             t.requests.watch,
             ms.get(ms.len() / 2).copied().unwrap_or(0),
             mib(d.memory_ready.rss_kib),
-            mib(d.memory_end.peak_kib),
+            mib(peak(d)),
             notice(&d.notices),
             d.notices.missed
         );
@@ -110,15 +120,27 @@ pub fn markdown(r: &Results) -> String {
         "\nSent: as the driver sent them through the counting proxy; WATCH-list is a WATCH with `sendInitialEvents=true`, a relist by another verb. Counted: the apiserver's own `/metrics`, through FlowSchemas matching only the worker's service account. The first tick of each driver collected its orphans ({}); \"other\" is those DELETEs. Pod LISTs by every tenant of the cluster during the ticks: {}.",
         r.drivers
             .iter()
+            .filter(|d| d.driver != Kind::RustStripped)
             .map(|d| format!("{:?} {}", d.driver, d.ticks.collected.first().unwrap_or(&0)))
             .collect::<Vec<_>>()
             .join(", "),
         r.drivers
             .iter()
+            .filter(|d| d.driver != Kind::RustStripped)
             .map(|d| format!("{:?} window {}", d.driver, d.ticks.requests.all_pod_lists))
             .collect::<Vec<_>>()
             .join(", ")
     );
+    for d in r.drivers.iter().filter(|d| d.driver == Kind::RustStripped) {
+        let _ = writeln!(
+            s,
+            "\nMemory variant, the Rust runtime's reflector with `managedFields` dropped before the store: {} pods cached in {} ms, RSS {} when ready, peak {}.",
+            d.pods_at_start,
+            d.sync_ms,
+            mib(d.memory_ready.rss_kib),
+            mib(peak(d))
+        );
+    }
     if r.drivers.iter().any(|d| d.restart.is_some()) {
         let _ = writeln!(
             s,

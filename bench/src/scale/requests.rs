@@ -132,11 +132,17 @@ mod tests {
         *b.schemas.get_mut("s-list").expect("list") += 1.0;
         b.all_pod_lists += 7.0;
         let r = a.until(&b, "s");
-        assert_eq!((r.list, r.watch, r.other, r.all_pod_lists), (1.0, 0.0, 0.0, 7.0));
+        assert_eq!(
+            (r.list, r.watch, r.other, r.all_pod_lists),
+            (1.0, 0.0, 0.0, 7.0)
+        );
         assert!(!r.restarted);
         b.started += 60.0;
         let r = a.until(&b, "s");
         assert!(r.restarted);
-        assert_eq!(r.list, 11.0, "after a restart the count is since the restart");
+        assert_eq!(
+            r.list, 11.0,
+            "after a restart the count is since the restart"
+        );
     }
 }

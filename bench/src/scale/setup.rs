@@ -55,7 +55,9 @@ pub struct Scene {
 
 impl std::fmt::Debug for Scene {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scene").field("namespace", &self.namespace).finish()
+        f.debug_struct("Scene")
+            .field("namespace", &self.namespace)
+            .finish()
     }
 }
 
@@ -77,11 +79,15 @@ pub async fn check_free(client: &Client, namespace: &str) -> Result<()> {
 pub async fn scene(client: Client, proxy: Proxy, namespace: &str, dir: &Path) -> Result<Scene> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
-        .create(&PostParams::default(), &obj(json!({"metadata": {"name": namespace}}))?)
+        .create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": namespace}}))?,
+        )
         .await?;
     let pp = PostParams::default();
     let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
-    sa.create(&pp, &obj(json!({"metadata": {"name": WORKER}}))?).await?;
+    sa.create(&pp, &obj(json!({"metadata": {"name": WORKER}}))?)
+        .await?;
     let role = json!({"metadata": {"name": WORKER},
         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": POD_VERBS}]});
     Api::<Role>::namespaced(client.clone(), namespace)
@@ -102,28 +108,32 @@ pub async fn scene(client: Client, proxy: Proxy, namespace: &str, dir: &Path) ->
                 "namespaces": [namespace]}),
         };
         let fs = json!({"metadata": {"name": format!("{namespace}-{class}")}, "spec": {
-            "priorityLevelConfiguration": {"name": "workload-low"},
-            "matchingPrecedence": 1000 + i,
-            "rules": [{
-                "subjects": [{"kind": "ServiceAccount",
-                    "serviceAccount": {"name": WORKER, "namespace": namespace}}],
-                "resourceRules": [rule],
-                "nonResourceRules": if *class == "other" {
-                    json!([{"verbs": ["*"], "nonResourceURLs": ["*"]}])
-                } else { json!([]) },
-            }]}});
+        "priorityLevelConfiguration": {"name": "workload-low"},
+        "matchingPrecedence": 1000 + i,
+        "rules": [{
+            "subjects": [{"kind": "ServiceAccount",
+                "serviceAccount": {"name": WORKER, "namespace": namespace}}],
+            "resourceRules": [rule],
+            "nonResourceRules": if *class == "other" {
+                json!([{"verbs": ["*"], "nonResourceURLs": ["*"]}])
+            } else { json!([]) },
+        }]}});
         schemas.create(&pp, &obj(fs)?).await?;
     }
     wait_schemas_seen(&schemas, namespace).await?;
     let token = sa
-        .create_token_request(WORKER, &pp, &TokenRequest {
-            spec: TokenRequestSpec {
-                audiences: Vec::new(),
-                expiration_seconds: Some(3 * 3600),
+        .create_token_request(
+            WORKER,
+            &pp,
+            &TokenRequest {
+                spec: TokenRequestSpec {
+                    audiences: Vec::new(),
+                    expiration_seconds: Some(3 * 3600),
+                    ..Default::default()
+                },
                 ..Default::default()
             },
-            ..Default::default()
-        })
+        )
         .await?
         .status
         .context("token request without a status")?
@@ -236,7 +246,6 @@ impl Scene {
         api.delete(name, &DeleteParams::default()).await?;
         Ok(())
     }
-
 }
 
 /// Deletes the FlowSchemas and the namespace (with its pods), waiting up to 5 minutes for the
