@@ -4,6 +4,7 @@
 //! `tick` runs `controller::gc::collect` on the desired set `prefix0 .. prefix(count-1)` with no
 //! grace, `gone NAME MS` reports when the pod left the cache, `quit` stops. Replies are JSON lines
 //! (`ready`, `tick`, `watching`, `gone`, `error`), the first one `ready` once the cache is filled.
+//! `--strip-managed-fields` is a memory-only variant for the side-by-side in `results/scale`.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
