@@ -216,3 +216,69 @@ pub fn write(dir: &Path, r: &Results) -> Result<()> {
     std::fs::write(dir.join("scale.md"), markdown(r))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scale::child::Memory;
+    use crate::scale::measure::Ticks;
+    use crate::scale::proxy::Class;
+    use crate::scale::requests::Requests;
+
+    fn driver(ticks_seen: &[(&str, u64)], restarted: bool, missed: usize) -> DriverResult {
+        let seen: Seen = ticks_seen
+            .iter()
+            .map(|(c, n)| {
+                let class = Class {
+                    requests: *n,
+                    ok: *n,
+                    bytes: 0,
+                };
+                ((*c).to_owned(), class)
+            })
+            .collect();
+        DriverResult {
+            driver: Kind::Go,
+            pods_at_start: 5000,
+            sync_ms: 1,
+            start: Requests::default(),
+            start_seen: Seen::new(),
+            memory_ready: Memory::default(),
+            ticks: Ticks {
+                done: 10,
+                seen,
+                requests: Requests {
+                    restarted,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            notices: Notices {
+                missed,
+                ..Default::default()
+            },
+            restart: None,
+            memory_end: Memory::default(),
+        }
+    }
+
+    #[test]
+    fn a_relist_during_ticks_or_a_missed_deletion_fails_the_run() {
+        let results = |d| Results {
+            context: serde_json::Value::Null,
+            create_secs: 1.0,
+            drivers: vec![d],
+        };
+        let quiet = driver(&[("other", 10), ("watch", 1)], false, 0);
+        assert!(failures(&results(quiet)).is_empty());
+        assert_eq!(
+            failures(&results(driver(&[("list", 1)], false, 0))).len(),
+            1
+        );
+        let by_watch = driver(&[("watch-list", 1)], false, 0);
+        assert_eq!(failures(&results(by_watch)).len(), 1, "a relist by WATCH");
+        let foreign_restart = driver(&[("list", 1)], true, 0);
+        assert!(failures(&results(foreign_restart)).is_empty());
+        assert_eq!(failures(&results(driver(&[], false, 1))).len(), 1);
+    }
+}
