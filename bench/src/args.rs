@@ -20,6 +20,12 @@ pub enum Command {
     Local(LocalArgs),
     /// The shim against apiserver exec on a real cluster (admin kubeconfig: exec needs it).
     Cluster(ClusterArgs),
+    /// The control plane at scale: thousands of pending step pods of one worker, driven by the Rust
+    /// runtime and by the Go kit's worker (admin kubeconfig: it creates RBAC and FlowSchemas).
+    Scale(ScaleArgs),
+    /// One driver of `scale` for the Rust side (the benchmark starts it as its child).
+    #[command(hide = true)]
+    ScaleWorker(ScaleWorkerArgs),
 }
 
 /// `local`
@@ -89,4 +95,75 @@ pub struct ClusterArgs {
     /// Directory for results.json, results.md and the chart.
     #[arg(long)]
     pub results: Option<PathBuf>,
+}
+
+/// `scale`
+#[derive(Debug, Args)]
+pub struct ScaleArgs {
+    /// Kubeconfig file with admin rights (default: $KUBECONFIG, ~/.kube/config, then in-cluster).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespace of the pods; created, and deleted at the end (it must not exist before).
+    #[arg(long, default_value = "stepshim-scale")]
+    pub namespace: String,
+    /// Pending step pods of the worker.
+    #[arg(long, default_value_t = 5000)]
+    pub pods: usize,
+    /// Pod creations in flight at once.
+    #[arg(long, default_value_t = 16)]
+    pub parallel: usize,
+    /// Pods outside the desired set, created before each driver, that its first GC tick collects.
+    #[arg(long, default_value_t = 20)]
+    pub orphans: usize,
+    /// GC ticks measured per driver.
+    #[arg(long, default_value_t = 20)]
+    pub ticks: usize,
+    /// Milliseconds between ticks.
+    #[arg(long, default_value_t = 1000)]
+    pub tick_ms: u64,
+    /// Pods deleted one at a time per driver, timing when the worker notices each.
+    #[arg(long, default_value_t = 20)]
+    pub deletions: usize,
+    /// The Go driver (`protocol/go/k8s/cmd/scale-worker`); built with `go build` when not given.
+    #[arg(long)]
+    pub go_worker: Option<PathBuf>,
+    /// Drivers to run, in order.
+    #[arg(long, value_delimiter = ',', default_value = "rust,go")]
+    pub drivers: Vec<String>,
+    /// Command that restarts kube-apiserver; without it the restart is skipped.
+    #[arg(long)]
+    pub restart_cmd: Option<String>,
+    /// Seconds of ticks after the restart before its requests are counted.
+    #[arg(long, default_value_t = 20)]
+    pub after_restart_secs: u64,
+    /// Directory for scale.json and scale.md.
+    #[arg(long)]
+    pub results: Option<PathBuf>,
+}
+
+/// `scale-worker`: the same flags as the Go driver.
+#[derive(Debug, Args)]
+pub struct ScaleWorkerArgs {
+    /// Kubeconfig of the worker's credentials.
+    #[arg(long)]
+    pub kubeconfig: PathBuf,
+    /// Namespace of the step pods.
+    #[arg(long)]
+    pub namespace: String,
+    /// Worker name.
+    #[arg(long)]
+    pub worker: String,
+    /// File holding the worker's key.
+    #[arg(long)]
+    pub key: PathBuf,
+    /// Name prefix of the desired pods.
+    #[arg(long)]
+    pub prefix: String,
+    /// Number of desired pods: prefix0 .. prefix(count-1).
+    #[arg(long)]
+    pub count: usize,
+    /// Memory analysis only: the runtime's reflector with `metadata.managedFields` dropped before
+    /// the store; says `ready` and then answers only `quit`.
+    #[arg(long)]
+    pub strip_managed_fields: bool,
 }

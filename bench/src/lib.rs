@@ -1,6 +1,7 @@
 //! stepshim's benchmarks: numbers to print and keep in the README, never pass/fail timing tests.
 //! `local` measures the shim's own footprint against a raw fork/exec on this machine; `cluster`
-//! measures the shim against apiserver exec on a real cluster, side by side in one run.
+//! measures the shim against apiserver exec on a real cluster, side by side in one run; `scale`
+//! measures the control plane's own cost at thousands of step pods.
 //!
 //! # Layout
 //! - [`args`]: the command line, one subcommand per benchmark.
@@ -8,9 +9,12 @@
 //!   latency, one-stream throughput, many followers.
 //! - [`cluster`]: pods on a cluster, the scenarios on both paths, the apiserver's cost, faults, the
 //!   report (markdown, JSON, chart).
+//! - [`scale`]: thousands of pending step pods of one worker, driven by the Rust runtime and the Go
+//!   kit's worker: apiserver requests per GC tick, the driver's RSS, deletion to notice, a restart.
 //! - [`stats`]: percentiles and units.
 
 pub mod args;
 pub mod cluster;
 pub mod local;
+pub mod scale;
 pub mod stats;

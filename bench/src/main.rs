@@ -11,10 +11,13 @@ fn main() -> std::process::ExitCode {
     // current_thread, as profiled for issue 13); the cluster
     // benchmark drives hundreds of streams on both paths and gets every core.
     let runtime = match &cli.command {
-        Command::Local(_) => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build(),
-        Command::Cluster(_) => tokio::runtime::Runtime::new(),
+        // The Rust scale driver runs as stepctl does, on one thread, so its RSS is stepctl's.
+        Command::Local(_) | Command::ScaleWorker(_) => {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+        }
+        Command::Cluster(_) | Command::Scale(_) => tokio::runtime::Runtime::new(),
     };
     let runtime = match runtime {
         Ok(r) => r,
@@ -27,6 +30,8 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Local(a) => bench::local::run(&a).await,
             Command::Cluster(a) => bench::cluster::run(&a).await,
+            Command::Scale(a) => bench::scale::run(&a).await,
+            Command::ScaleWorker(a) => bench::scale::worker::run(&a).await,
         }
     });
     match result {
