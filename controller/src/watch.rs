@@ -54,7 +54,12 @@ impl PodWatch {
         let (reader, writer) = reflector::store();
         let (tx, rx) = watch::channel(0u64);
         let config = watcher::Config::default().labels(selector);
-        let stream = reflector::reflector(writer, watcher(api, config).default_backoff());
+        // Managed fields are never read here and, as JSON value trees, took half the cache: 182 MiB
+        // against 98 MiB for 5,000 pods (results/scale/memory).
+        let pods = watcher(api, config)
+            .default_backoff()
+            .modify(|p: &mut Pod| p.metadata.managed_fields = None);
+        let stream = reflector::reflector(writer, pods);
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             let mut failing = false;
