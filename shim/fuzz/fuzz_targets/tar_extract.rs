@@ -13,6 +13,9 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use stepshim::files::{Limits, Options, Resolve, extract_with};
 
+/// The prefix of the staging directories an upload makes inside its target.
+const STAGING: &[u8] = b".stepshim-put-";
+
 /// `base/dir` (the target, rebuilt per run) and `base/outside` (the sentinel).
 fn base() -> &'static PathBuf {
     static BASE: OnceLock<PathBuf> = OnceLock::new();
@@ -87,6 +90,11 @@ fuzz_target!(|data: &[u8]| {
     symlink("../outside", dir.join("rel")).expect("symlink");
     symlink(&outside, dir.join("abs")).expect("symlink");
     let stream = if mode & 1 == 1 { entries(rest) } else { rest.to_vec() };
+    // A stream may name its own entries `.stepshim-put-…` (the fuzzer finds the prefix in the
+    // binary); those are content, not staging left behind, so such inputs prove nothing here.
+    if stream.windows(STAGING.len()).any(|w| w == STAGING) {
+        return;
+    }
     let opts = Options {
         same_owner: false,
         limits: Limits {
@@ -101,5 +109,6 @@ fuzz_target!(|data: &[u8]| {
     let mode = fs::metadata(&outside).expect("outside").permissions().mode() & 0o7777;
     assert_eq!(mode, 0o755);
     assert_eq!(names(base), ["dir", "outside"]);
-    assert!(!names(&dir).iter().any(|n| n.starts_with(".stepshim-put-")));
+    let staging = std::str::from_utf8(STAGING).expect("ascii");
+    assert!(!names(&dir).iter().any(|n| n.starts_with(staging)));
 });
