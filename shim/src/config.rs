@@ -41,6 +41,29 @@ pub struct Config {
     pub oom_score_adj: i32,
     /// Caps of `PUT`/`GET /v1/files`.
     pub files: FilesSettings,
+    /// Caps of grants and pulls.
+    pub artifacts: ArtifactsSettings,
+}
+
+/// Caps of grants and pulls (PROTOCOL.md 4.9, 4.10 and 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArtifactsSettings {
+    /// Grants registered at once (`STEPSHIM_MAX_GRANTS`).
+    pub max_grants: usize,
+    /// Pulls running at once (`STEPSHIM_MAX_PULLS`).
+    pub max_pulls: usize,
+    /// Attempts in a row without progress before a pull fails (`STEPSHIM_PULL_RETRIES`).
+    pub pull_retries: u32,
+}
+
+impl Default for ArtifactsSettings {
+    fn default() -> Self {
+        ArtifactsSettings {
+            max_grants: 64,
+            max_pulls: 8,
+            pull_retries: 8,
+        }
+    }
 }
 
 /// Caps of file transfers (PROTOCOL.md 4.8 and 7).
@@ -85,7 +108,7 @@ pub enum ConfigError {
     },
     /// A flag the shim does not know.
     #[error(
-        "unknown argument {0:?} (flags: --listen --token-sha256 --token-sha256-file --insecure-no-auth --data-dir --grace-seconds --drain-seconds --memory-bytes --log --max-processes --max-spec-bytes --max-connections --max-header-bytes --auth-timeout-seconds --oom-score-adj --ready-file --files-max-bytes --files-max-header-bytes --files-max-concurrent --files-idle-timeout)"
+        "unknown argument {0:?} (flags: --listen --token-sha256 --token-sha256-file --insecure-no-auth --data-dir --grace-seconds --drain-seconds --memory-bytes --log --max-processes --max-spec-bytes --max-connections --max-header-bytes --auth-timeout-seconds --oom-score-adj --ready-file --files-max-bytes --files-max-header-bytes --files-max-concurrent --files-idle-timeout --max-grants --max-pulls --pull-retries)"
     )]
     UnknownArgument(String),
     /// The token file could not be read.
@@ -123,6 +146,9 @@ const VARS: &[(&str, &str)] = &[
     ),
     ("--files-max-concurrent", "STEPSHIM_FILES_MAX_CONCURRENT"),
     ("--files-idle-timeout", "STEPSHIM_FILES_IDLE_TIMEOUT"),
+    ("--max-grants", "STEPSHIM_MAX_GRANTS"),
+    ("--max-pulls", "STEPSHIM_MAX_PULLS"),
+    ("--pull-retries", "STEPSHIM_PULL_RETRIES"),
 ];
 
 impl Config {
@@ -257,6 +283,11 @@ impl Config {
             log_level,
             ready_file: get("STEPSHIM_READY_FILE").map(PathBuf::from),
             files: files_settings(&get, &secs)?,
+            artifacts: ArtifactsSettings {
+                max_grants: ranged("STEPSHIM_MAX_GRANTS", 64, 1, 1 << 16)? as usize,
+                max_pulls: ranged("STEPSHIM_MAX_PULLS", 8, 1, 1024)? as usize,
+                pull_retries: ranged("STEPSHIM_PULL_RETRIES", 8, 0, 1000)? as u32,
+            },
         })
     }
 }
