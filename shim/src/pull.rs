@@ -9,6 +9,7 @@
 //! for good, or that does not match, ends the extraction without its marker, which leaves nothing.
 
 mod fetch;
+mod http1;
 
 use std::collections::HashMap;
 use std::io::{self, Read};

@@ -1,5 +1,5 @@
 //! The fetch side of a pull: `GET /v1/files` on the source shim over one HTTP/1.1 connection at a
-//! time (hyper's connection-level client, no pool), resumed after a cut from the bytes received
+//! time (`pull/http1.rs`), resumed after a cut from the bytes received
 //! with the ETag of the first response (PROTOCOL.md 4.8.1). Bytes go to the extraction as they
 //! arrive, except the stream's last 1024 (its end-of-archive marker), which go only once the whole
 //! stream's SHA-256 is known and matches the expected one.
@@ -8,16 +8,13 @@ use std::io;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, StatusCode, header};
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::TokioIo;
-use protocol::artifacts::{PullSpec, STREAM_LENGTH_HEADER};
+use protocol::artifacts::PullSpec;
 use protocol::query;
 use sha2::{Digest, Sha256};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use super::{Pull, Settings};
+use super::{Pull, Settings, http1};
 use crate::error::Error;
 
 /// Bytes held back from the extraction until the stream is verified: the end-of-archive marker.
@@ -172,62 +169,44 @@ async fn attempt(pull: &Pull, source: &Source, s: &Settings, st: &mut Stream<'_>
         Err(_) => return Ended::Retry(format!("connecting to {}: timed out", source.authority)),
     };
     let _ = tcp.set_nodelay(true);
-    let (mut send, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await {
-        Ok(c) => c,
-        Err(e) => return Ended::Retry(format!("connecting to {}: {e}", source.authority)),
-    };
-    let conn = tokio::spawn(conn);
-    let _stop = AbortOnDrop(conn.abort_handle());
     let mut target = source.target.clone();
     if st.got > 0 {
         target.push_str(&format!("&{}={}", query::OFFSET, st.got));
     }
-    let mut req = Request::get(&target)
-        .header(header::HOST, &source.authority)
-        .header(header::AUTHORIZATION, format!("Bearer {}", source.token))
-        .header(protocol::token::PROXY_HEADER, &source.token);
+    let bearer = format!("Bearer {}", source.token);
+    let mut headers = vec![
+        ("Authorization", bearer.as_str()),
+        (protocol::token::PROXY_HEADER, source.token.as_str()),
+    ];
     if let Some(etag) = &st.etag {
-        req = req.header(header::IF_MATCH, etag);
+        headers.push(("If-Match", etag));
     }
-    let Ok(req) = req.body(Empty::<Bytes>::new()) else {
-        return Ended::Fatal("cannot build the request".into());
+    let resp = http1::get(tcp, &source.authority, &target, &headers, s.idle).await;
+    let mut resp = match resp {
+        Ok(r) => r,
+        Err(e) => return Ended::Retry(format!("requesting from {}: {e}", source.authority)),
     };
-    let resp = match tokio::time::timeout(s.idle, send.send_request(req)).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => return Ended::Retry(format!("requesting from {}: {e}", source.authority)),
-        Err(_) => return Ended::Retry(format!("{} did not answer", source.authority)),
-    };
-    let status = resp.status();
-    if status != StatusCode::OK {
-        let body = tokio::time::timeout(s.idle, resp.into_body().collect()).await;
-        let message = body
-            .ok()
-            .and_then(Result::ok)
-            .and_then(|b| serde_json::from_slice::<protocol::ErrorBody>(&b.to_bytes()).ok())
+    let status = resp.status;
+    if status != 200 {
+        let body = resp.small_body(s.idle).await.unwrap_or_default();
+        let message = serde_json::from_slice::<protocol::ErrorBody>(&body)
             .map(|b| format!(" ({}: {})", b.error.code, b.error.message))
             .unwrap_or_default();
         let why = format!("the source answered {status}{message}");
-        return if status == StatusCode::SERVICE_UNAVAILABLE {
+        return if status == 503 {
             Ended::Retry(why)
         } else {
             Ended::Fatal(why)
         };
     }
-    if let Err(why) = st.check_headers(resp.headers()) {
+    if let Err(why) = st.check_headers(resp.etag.as_deref(), resp.stream_length) {
         return Ended::Fatal(why);
     }
-    let mut body = resp.into_body();
     loop {
-        let frame = match tokio::time::timeout(s.idle, body.frame()).await {
-            Ok(Some(Ok(f))) => f,
-            Ok(Some(Err(e))) => return Ended::Retry(format!("the stream was cut: {e}")),
+        let data = match resp.chunk(s.idle).await {
+            Ok(Some(data)) => data,
             Ok(None) => break,
-            Err(_) => {
-                return Ended::Retry("the stream stalled (STEPSHIM_FILES_IDLE_TIMEOUT)".into());
-            }
-        };
-        let Ok(data) = frame.into_data() else {
-            continue;
+            Err(e) => return Ended::Retry(format!("the stream was cut: {e}")),
         };
         if let Err(why) = st.take(data, pull).await {
             return Ended::Fatal(why);
@@ -246,12 +225,7 @@ async fn attempt(pull: &Pull, source: &Source, s: &Settings, st: &mut Stream<'_>
 
 impl Stream<'_> {
     /// Records the first response's ETag and length; later ones must agree.
-    fn check_headers(&mut self, h: &http::HeaderMap) -> Result<(), String> {
-        let etag = h.get(header::ETAG).and_then(|v| v.to_str().ok());
-        let total = h
-            .get(STREAM_LENGTH_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
+    fn check_headers(&mut self, etag: Option<&str>, total: Option<u64>) -> Result<(), String> {
         let (Some(etag), Some(total)) = (etag, total) else {
             return Err("the source sent no ETag or stream length: it cannot resume".into());
         };
@@ -287,14 +261,5 @@ impl Stream<'_> {
             return Err(EXTRACTION_STOPPED.into());
         }
         Ok(())
-    }
-}
-
-/// Ends the connection task with the attempt.
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
