@@ -69,7 +69,11 @@ impl ShimClient {
     }
 
     /// `GET /v1/pulls/{id}[?wait=S]`
-    pub async fn pull_status(&self, id: &str, wait: Option<u32>) -> Result<PullStatus, ClientError> {
+    pub async fn pull_status(
+        &self,
+        id: &str,
+        wait: Option<u32>,
+    ) -> Result<PullStatus, ClientError> {
         let q = wait_query(&artifacts::pull_path(id), wait);
         Ok(self.call(Method::GET, &q, full(Bytes::new())).await?.1)
     }
@@ -128,14 +132,20 @@ impl ShimClient {
 
     /// The whole `GET /v1/files` stream in memory, resumed after cuts (at most `attempts` in a
     /// row without progress): for small trees and tests.
-    pub async fn files_out_resumed(&self, path: &str, attempts: u32) -> Result<Vec<u8>, ClientError> {
+    pub async fn files_out_resumed(
+        &self,
+        path: &str,
+        attempts: u32,
+    ) -> Result<Vec<u8>, ClientError> {
         let mut got = Vec::new();
         let mut etag: Option<String> = None;
         let mut failures = 0;
         loop {
             let before = got.len();
             let attempt = async {
-                let out = self.files_out_at(path, got.len() as u64, etag.as_deref()).await?;
+                let out = self
+                    .files_out_at(path, got.len() as u64, etag.as_deref())
+                    .await?;
                 etag = Some(out.etag.clone());
                 let mut body = out.body;
                 while let Some(frame) = body.frame().await {
@@ -153,7 +163,9 @@ impl ShimClient {
             }
             failures = if got.len() > before { 1 } else { failures + 1 };
             if failures > attempts {
-                return Err(ClientError::StreamEnded { id: path.to_owned() });
+                return Err(ClientError::StreamEnded {
+                    id: path.to_owned(),
+                });
             }
         }
     }

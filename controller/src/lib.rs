@@ -9,6 +9,7 @@
 //! - [`progress`]: a pod's way to ready, from its status, with Kubernetes' reasons.
 //! - [`watch`]: the one shared reflector on the worker's pods that every wait reads.
 //! - [`gc`]: garbage collection, retirement and the credentials health check.
+//! - [`transfer`]: artifacts between step pods: a grant and a pull, or through the controller.
 //! - [`manifests`]: RBAC (the one list of verbs a worker needs) and the shim ConfigMap as YAML.
 //!
 //! The shim's HTTP client is the `client` crate; `stepctl`'s commands live in the binary's `cli`
@@ -20,4 +21,5 @@ pub mod podspec;
 pub mod progress;
 pub mod runtime;
 pub mod token;
+pub mod transfer;
 pub mod watch;

@@ -69,7 +69,7 @@ pub struct GrantList {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, remote = "Self")]
 pub struct PullSpec {
-    /// The source shim's base URL, `http://host:port`.
+    /// The source shim's base URL, `http://IP:PORT` (an IP literal: the shim resolves no names).
     pub source: String,
     /// The path on the source, as `GET /v1/files?path=` takes it (a trailing `/`: the contents).
     pub path: String,

@@ -28,7 +28,11 @@ fn tree(root: &Path) {
     let big: Vec<u8> = (0..3 << 20).map(|_| rand::random::<u8>()).collect();
     std::fs::write(root.join("big.bin"), big).unwrap();
     for i in 0..300 {
-        std::fs::write(root.join(format!("src/deep/f{i}.txt")), format!("file {i}\n")).unwrap();
+        std::fs::write(
+            root.join(format!("src/deep/f{i}.txt")),
+            format!("file {i}\n"),
+        )
+        .unwrap();
     }
     std::os::unix::fs::symlink("src/deep/f1.txt", root.join("link")).unwrap();
     std::fs::write(root.join("run.sh"), b"#!/bin/sh\necho ok\n").unwrap();
@@ -81,12 +85,18 @@ async fn files_resume_from_an_offset_with_the_etag_and_refuse_a_changed_tree() {
     assert_eq!(full.len() as u64, total);
     assert!(etag.starts_with('"') && etag.len() == 34, "{etag}");
     let at = 1_000_003;
-    let rest = shim.client.files_out_at(&path, at, Some(&etag)).await.unwrap();
+    let rest = shim
+        .client
+        .files_out_at(&path, at, Some(&etag))
+        .await
+        .unwrap();
     assert_eq!(rest.etag, etag);
     let rest = rest.body.collect().await.unwrap().to_bytes();
     assert_eq!(&rest[..], &full[at as usize..]);
     // Through a proxy cutting every connection after 100-400 KB: resumed to the same bytes.
-    let (proxy, cuts) = cutting_proxy(shim.addr.clone(), 100_000, 400_000).await.unwrap();
+    let (proxy, cuts) = cutting_proxy(shim.addr.clone(), 100_000, 400_000)
+        .await
+        .unwrap();
     let via = shim.client.with_base(&format!("http://{proxy}"));
     let resumed = via.files_out_resumed(&path, 5).await.unwrap();
     assert_eq!(Sha256::digest(&resumed), Sha256::digest(&full));
@@ -97,10 +107,21 @@ async fn files_resume_from_an_offset_with_the_etag_and_refuse_a_changed_tree() {
     assert_eq!((status, error_code(&body).as_str()), (400, "bad_request"));
     let past = format!("&offset={}&etag={}", total + 1, etag.trim_matches('"'));
     let (status, _, body) = raw(&shim.addr, "GET", &q(&past), Some(&shim.token), b"").await;
-    assert_eq!((status, error_code(&body).as_str()), (400, "invalid_offset"));
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (400, "invalid_offset")
+    );
     std::fs::write(src.join("src/deep/f7.txt"), b"changed\n").unwrap();
-    let err = shim.client.files_out_at(&path, at, Some(&etag)).await.unwrap_err();
-    assert_eq!(err.code(), Some(protocol::ErrorCode::PreconditionFailed), "{err}");
+    let err = shim
+        .client
+        .files_out_at(&path, at, Some(&etag))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some(protocol::ErrorCode::PreconditionFailed),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&src);
 }
 
@@ -113,12 +134,24 @@ async fn a_grant_token_reads_only_its_path_until_it_expires() {
     std::fs::write(root.join("secret"), b"s").unwrap();
     std::os::unix::fs::symlink(&root, root.join("out/up")).unwrap();
     let out = root.join("out");
-    let g = shim.client.grant(&grant(&out, "tok-1", 60, None)).await.unwrap();
+    let g = shim
+        .client
+        .grant(&grant(&out, "tok-1", 60, None))
+        .await
+        .unwrap();
     let reader = shim.client.with_grant_token("tok-1");
-    let tar = reader.files_out(&format!("{}/", out.display())).await.unwrap();
+    let tar = reader
+        .files_out(&format!("{}/", out.display()))
+        .await
+        .unwrap();
     assert!(!tar.collect().await.unwrap().to_bytes().is_empty());
     // The same token through the proxy header, as the apiserver's pods/proxy would pass it.
-    let (status, _, _) = raw_proxy(&shim.addr, &format!("/v1/files?path={}", out.display()), "tok-1").await;
+    let (status, _, _) = raw_proxy(
+        &shim.addr,
+        &format!("/v1/files?path={}", out.display()),
+        "tok-1",
+    )
+    .await;
     assert_eq!(status, 200);
     for bad in [
         format!("{}/secret", root.display()),
@@ -127,7 +160,11 @@ async fn a_grant_token_reads_only_its_path_until_it_expires() {
         format!("{}x", out.display()),
     ] {
         let err = reader.files_out(&bad).await.unwrap_err();
-        assert_eq!(err.code(), Some(protocol::ErrorCode::Forbidden), "{bad}: {err}");
+        assert_eq!(
+            err.code(),
+            Some(protocol::ErrorCode::Forbidden),
+            "{bad}: {err}"
+        );
     }
     // Any other route, or PUT on this one: 403.
     for (method, route) in [
@@ -138,7 +175,11 @@ async fn a_grant_token_reads_only_its_path_until_it_expires() {
         ("GET", "/v1/nothing".to_owned()),
     ] {
         let (status, _, body) = raw(&shim.addr, method, &route, Some("tok-1"), b"").await;
-        assert_eq!((status, error_code(&body).as_str()), (403, "forbidden"), "{method} {route}");
+        assert_eq!(
+            (status, error_code(&body).as_str()),
+            (403, "forbidden"),
+            "{method} {route}"
+        );
     }
     let listed = shim.client.grants().await.unwrap();
     assert_eq!(listed.len(), 1);
@@ -148,13 +189,25 @@ async fn a_grant_token_reads_only_its_path_until_it_expires() {
     assert!(!text.contains(&protocol::token::sha256_hex("tok-1")));
     // Revoked: 401. Expired: 401. Used up: 401.
     shim.client.revoke_grant(&g.id).await.unwrap();
-    let err = reader.files_out(&out.display().to_string()).await.unwrap_err();
+    let err = reader
+        .files_out(&out.display().to_string())
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Some(protocol::ErrorCode::Unauthorized));
-    shim.client.grant(&grant(&out, "tok-2", 1, None)).await.unwrap();
-    shim.client.grant(&grant(&out, "tok-3", 60, Some(1))).await.unwrap();
+    shim.client
+        .grant(&grant(&out, "tok-2", 1, None))
+        .await
+        .unwrap();
+    shim.client
+        .grant(&grant(&out, "tok-3", 60, Some(1)))
+        .await
+        .unwrap();
     let once = shim.client.with_grant_token("tok-3");
     once.files_out(&out.display().to_string()).await.unwrap();
-    let err = once.files_out(&out.display().to_string()).await.unwrap_err();
+    let err = once
+        .files_out(&out.display().to_string())
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Some(protocol::ErrorCode::Unauthorized));
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let err = shim
@@ -199,9 +252,15 @@ async fn a_pull_through_cut_connections_resumes_and_lands_whole() {
     tree(&src);
     let path = format!("{}/", src.display());
     let expected = Sha256::digest(src_shim.client.files_out_resumed(&path, 3).await.unwrap());
-    src_shim.client.grant(&grant(&src, "pull-tok", 60, None)).await.unwrap();
+    src_shim
+        .client
+        .grant(&grant(&src, "pull-tok", 60, None))
+        .await
+        .unwrap();
     // Every connection is cut after 300-600 KB of a ~3.5 MB stream: starting over could never end.
-    let (proxy, cuts) = cutting_proxy(src_shim.addr.clone(), 300_000, 600_000).await.unwrap();
+    let (proxy, cuts) = cutting_proxy(src_shim.addr.clone(), 300_000, 600_000)
+        .await
+        .unwrap();
     let dst = scratch("pull-dst").join("in");
     let mut spec = pull_spec(&format!("http://{proxy}"), &src, "pull-tok", &dst);
     spec.sha256 = Some(format!("{expected:x}"));
@@ -218,7 +277,10 @@ async fn a_pull_through_cut_connections_resumes_and_lands_whole() {
     assert_eq!(Some(done.bytes), done.total);
     assert!(done.resumes >= 4, "{done:?}");
     assert!(cuts.load(std::sync::atomic::Ordering::Relaxed) >= 4);
-    assert_eq!(done.sha256.as_deref(), Some(format!("{expected:x}").as_str()));
+    assert_eq!(
+        done.sha256.as_deref(),
+        Some(format!("{expected:x}").as_str())
+    );
     assert_eq!(listing(&dst), listing(&src));
     assert_eq!(dst_shim.client.pulls().await.unwrap().len(), 1);
     dst_shim.client.delete_pull("p1").await.unwrap();
@@ -231,45 +293,107 @@ async fn pulls_fail_clearly_and_extract_nothing() {
     let dst_shim = Shim::start_with(&[("STEPSHIM_PULL_RETRIES", "2")], None);
     let src = scratch("fail-src");
     tree(&src);
-    src_shim.client.grant(&grant(&src, "live", 60, None)).await.unwrap();
-    src_shim.client.grant(&grant(&src, "short", 1, None)).await.unwrap();
-    src_shim.client.grant(&grant(&src.join("src"), "narrow", 60, None)).await.unwrap();
+    src_shim
+        .client
+        .grant(&grant(&src, "live", 60, None))
+        .await
+        .unwrap();
+    src_shim
+        .client
+        .grant(&grant(&src, "short", 1, None))
+        .await
+        .unwrap();
+    src_shim
+        .client
+        .grant(&grant(&src.join("src"), "narrow", 60, None))
+        .await
+        .unwrap();
     let base = src_shim.url();
     let dst = scratch("fail-dst");
     let run = |id: &'static str, spec: PullSpec| {
         let c = dst_shim.client.clone();
         async move { c.pull(id, &spec, Some(60)).await.unwrap() }
     };
+    // A source named by host name (the shim resolves none), or not http: refused at once.
+    for source in [
+        "http://localhost:7777",
+        "https://127.0.0.1:1",
+        "http://127.0.0.1:1/x",
+    ] {
+        let spec = pull_spec(source, &src, "live", &dst.join("z"));
+        let err = dst_shim
+            .client
+            .pull("bad-source", &spec, None)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.code(),
+            Some(protocol::ErrorCode::BadRequest),
+            "{source}"
+        );
+    }
     // A wrong token, a grant used outside its path, a wrong digest.
     let bad = run("bad-token", pull_spec(&base, &src, "nope", &dst.join("a"))).await;
     assert!(bad.error.as_deref().unwrap().contains("401"), "{bad:?}");
     let outside = run("outside", pull_spec(&base, &src, "narrow", &dst.join("b"))).await;
-    assert!(outside.error.as_deref().unwrap().contains("403"), "{outside:?}");
+    assert!(
+        outside.error.as_deref().unwrap().contains("403"),
+        "{outside:?}"
+    );
     let mut wrong = pull_spec(&base, &src, "live", &dst.join("c"));
     wrong.sha256 = Some("00".repeat(32));
     let wrong = run("digest", wrong).await;
     assert_eq!(wrong.state, PullState::Failed);
-    assert!(wrong.error.as_deref().unwrap().contains("SHA-256"), "{wrong:?}");
+    assert!(
+        wrong.error.as_deref().unwrap().contains("SHA-256"),
+        "{wrong:?}"
+    );
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let expired = run("expired", pull_spec(&base, &src, "short", &dst.join("d"))).await;
-    assert!(expired.error.as_deref().unwrap().contains("401"), "{expired:?}");
+    assert!(
+        expired.error.as_deref().unwrap().contains("401"),
+        "{expired:?}"
+    );
     // The source killed mid-pull: a slow proxy (cut every 200-300 KB) keeps it in flight.
-    let (proxy, _cuts) = cutting_proxy(src_shim.addr.clone(), 200_000, 300_000).await.unwrap();
+    let (proxy, _cuts) = cutting_proxy(src_shim.addr.clone(), 200_000, 300_000)
+        .await
+        .unwrap();
     let spec = pull_spec(&format!("http://{proxy}"), &src, "live", &dst.join("e"));
     dst_shim.client.pull("killed", &spec, None).await.unwrap();
     for _ in 0..2000 {
-        if dst_shim.client.pull_status("killed", None).await.unwrap().bytes > 0 {
+        if dst_shim
+            .client
+            .pull_status("killed", None)
+            .await
+            .unwrap()
+            .bytes
+            > 0
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     src_shim.child().kill().unwrap();
-    let killed = dst_shim.client.pull_status("killed", Some(60)).await.unwrap();
+    let killed = dst_shim
+        .client
+        .pull_status("killed", Some(60))
+        .await
+        .unwrap();
     assert_eq!(killed.state, PullState::Failed, "{killed:?}");
-    assert!(killed.error.as_deref().unwrap().contains("nothing was extracted"), "{killed:?}");
+    assert!(
+        killed
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("nothing was extracted"),
+        "{killed:?}"
+    );
     assert!(killed.bytes < killed.total.unwrap());
     // Nothing landed anywhere, no staging left behind.
-    let left: Vec<_> = std::fs::read_dir(&dst).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let left: Vec<_> = std::fs::read_dir(&dst)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert!(left.is_empty(), "{left:?}");
     let _ = std::fs::remove_dir_all(&src);
 }

@@ -5,6 +5,7 @@
 //! stream's SHA-256 is known and matches the expected one.
 
 use std::io;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -33,13 +34,14 @@ pub const EXTRACTION_STOPPED: &str = "the extraction stopped";
 /// Where a pull fetches from: `host:port`, the request target and the grant token.
 #[derive(Debug, Clone)]
 pub struct Source {
+    addr: SocketAddr,
     authority: String,
     target: String,
     token: String,
 }
 
 impl Source {
-    /// Checks a pull spec's source: `http://host:port` (no path, no TLS).
+    /// Checks a pull spec's source: `http://ip:port` (no path, no TLS, no host name).
     pub fn parse(spec: &PullSpec) -> Result<Source, Error> {
         let bad = |why: &str| Error::BadRequest(format!("source {:?}: {why}", spec.source));
         let rest = spec
@@ -62,15 +64,14 @@ impl Source {
         if spec.token.is_empty() || !spec.token.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(Error::BadRequest("token must be visible ASCII".into()));
         }
-        let has_port = authority
-            .rsplit_once(':')
-            .is_some_and(|(_, p)| p.parse::<u16>().is_ok());
+        // An IP literal: no resolver in the shim (pods address each other by IP; a host name
+        // would pull musl's DNS client into the binary).
+        let addr: SocketAddr = authority
+            .parse()
+            .map_err(|_| bad("the host must be an IP address with a port (ip:port, [ip6]:port)"))?;
         Ok(Source {
-            authority: if has_port {
-                authority.to_owned()
-            } else {
-                format!("{authority}:80")
-            },
+            addr,
+            authority: authority.to_owned(),
             target: format!(
                 "{}{}",
                 protocol::routes::FILES,
@@ -162,7 +163,7 @@ pub async fn run(
 
 /// One connection: `GET` from `st.got` on.
 async fn attempt(pull: &Pull, source: &Source, s: &Settings, st: &mut Stream<'_>) -> Ended {
-    let connect = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&source.authority));
+    let connect = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(source.addr));
     let tcp = match connect.await {
         Ok(Ok(tcp)) => tcp,
         Ok(Err(e)) => return Ended::Retry(format!("connecting to {}: {e}", source.authority)),

@@ -79,7 +79,9 @@ pub async fn get(
             find(protocol::artifacts::STREAM_LENGTH_HEADER).and_then(|v| v.parse().ok());
         let early = buf.split_off(n).freeze();
         if early.len() as u64 > length {
-            return Err(io::Error::other("the response is longer than its Content-Length"));
+            return Err(io::Error::other(
+                "the response is longer than its Content-Length",
+            ));
         }
         return Ok(Response {
             status,
@@ -102,13 +104,18 @@ impl Response {
         if self.left == 0 {
             return Ok(None);
         }
-        let want = usize::try_from(self.left).unwrap_or(usize::MAX).min(READ_BUF);
+        let want = usize::try_from(self.left)
+            .unwrap_or(usize::MAX)
+            .min(READ_BUF);
         let mut buf = BytesMut::with_capacity(want);
         let n = timed(idle, (&mut self.tcp).take(want as u64).read_buf(&mut buf)).await?;
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                format!("the connection closed {} bytes before the body's end", self.left),
+                format!(
+                    "the connection closed {} bytes before the body's end",
+                    self.left
+                ),
             ));
         }
         self.left -= n as u64;
