@@ -170,10 +170,10 @@ impl Grants {
         if !want.starts_with(&prefix) {
             return Err(outside());
         }
-        if let (Ok(real_prefix), Some(real)) = (prefix.canonicalize(), resolved(path)) {
-            if !real.starts_with(&real_prefix) {
-                return Err(outside());
-            }
+        if let (Ok(real_prefix), Some(real)) = (prefix.canonicalize(), resolved(path))
+            && !real.starts_with(&real_prefix)
+        {
+            return Err(outside());
         }
         let now = Instant::now();
         let mut inner = self.lock();

@@ -203,7 +203,7 @@ async fn a_grant_token_reads_only_its_path_until_it_expires() {
         .await
         .unwrap();
     let once = shim.client.with_grant_token("tok-3");
-    once.files_out(&out.display().to_string()).await.unwrap();
+    let _tar = once.files_out(&out.display().to_string()).await.unwrap();
     let err = once
         .files_out(&out.display().to_string())
         .await
