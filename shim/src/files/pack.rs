@@ -82,7 +82,8 @@ pub fn prepare_archive(path: &str) -> Result<ArchiveSource, FilesError> {
 impl ArchiveSource {
     /// Walks the tree without reading any file and returns its stream's [`Validator`].
     pub fn validator(&self) -> Result<Validator, FilesError> {
-        let mut packer = Packer::new(io::sink(), 0, true);
+        let mut sink = io::sink();
+        let mut packer = Packer::new(&mut sink, 0, true);
         packer.walk(self.top.clone(), self.name.clone(), self.meta.clone())?;
         packer.sink.end()?;
         Ok(packer.sink.validator())
@@ -98,10 +99,21 @@ impl ArchiveSource {
     /// spliced from two different trees.
     pub fn write_from<W: Write>(
         self,
-        writer: W,
+        mut writer: W,
         offset: u64,
         expect: Option<&Validator>,
     ) -> Result<W, FilesError> {
+        self.write_dyn(&mut writer, offset, expect)?;
+        Ok(writer)
+    }
+
+    /// [`ArchiveSource::write_from`] through one non-generic copy of the walk.
+    fn write_dyn(
+        self,
+        writer: &mut dyn Write,
+        offset: u64,
+        expect: Option<&Validator>,
+    ) -> Result<(), FilesError> {
         let top = self.top;
         let mut packer = Packer::new(writer, offset, false);
         let mut result = packer.walk(top.clone(), self.name, self.meta);
@@ -118,24 +130,24 @@ impl ArchiveSource {
             packer.sink.open = false;
             return Err(err);
         }
-        let mut writer = packer.sink.inner;
-        writer
+        packer
+            .sink
+            .inner
             .flush()
-            .map_err(|err| FilesError::io("finishing the archive of", &top, err))?;
-        Ok(writer)
+            .map_err(|err| FilesError::io("finishing the archive of", &top, err))
     }
 }
 
 /// The state of one archive.
-struct Packer<W: Write> {
-    sink: Sink<W>,
+struct Packer<'w> {
+    sink: Sink<'w>,
     /// Regular files with several links already stored, by (device, inode): their name in the
     /// archive, for the later names to link to.
     links: HashMap<(u64, u64), Vec<u8>>,
 }
 
-impl<W: Write> Packer<W> {
-    fn new(inner: W, skip: u64, dry: bool) -> Self {
+impl<'w> Packer<'w> {
+    fn new(inner: &'w mut dyn Write, skip: u64, dry: bool) -> Self {
         Packer {
             sink: Sink::new(inner, skip, dry),
             links: HashMap::new(),

@@ -23,8 +23,8 @@ pub struct Validator {
 
 /// Where the stream goes: counts every byte, writes those at or past `skip`, and hashes all but
 /// file contents into the ETag.
-pub struct Sink<W> {
-    pub inner: W,
+pub struct Sink<'w> {
+    pub inner: &'w mut dyn Write,
     pos: u64,
     skip: u64,
     /// No file is opened: only the validator is wanted.
@@ -35,9 +35,9 @@ pub struct Sink<W> {
     buf: Vec<u8>,
 }
 
-impl<W: Write> Sink<W> {
+impl<'w> Sink<'w> {
     /// A sink writing to `inner` what lies at or past byte `skip`; `dry` opens no file.
-    pub fn new(inner: W, skip: u64, dry: bool) -> Self {
+    pub fn new(inner: &'w mut dyn Write, skip: u64, dry: bool) -> Self {
         Sink {
             inner,
             pos: 0,
