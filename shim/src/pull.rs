@@ -228,11 +228,12 @@ async fn run(pull: Arc<Pull>, source: fetch::Source, s: Settings) {
         resolve: Resolve::Auto,
     };
     let extract = tokio::task::spawn_blocking(move || {
-        let reader = StreamReader {
+        let mut reader = StreamReader {
             rx,
             current: Bytes::new(),
         };
-        files::extract_with(reader, &target, &opts)
+        // `dyn`: the same copy of the extraction as `PUT /v1/files` (binary size).
+        files::extract_with(&mut reader as &mut dyn Read, &target, &opts)
     });
     // A pull cancelled while its task is aborted still ends: the guard drops with the task.
     let guard = EndOnDrop(pull.clone());

@@ -153,11 +153,12 @@ async fn put(
     let (tx, rx) = mpsc::channel::<Bytes>(4);
     let extract = tokio::task::spawn_blocking(move || {
         let _slot = slot;
-        let reader = ChannelReader {
+        let mut reader = ChannelReader {
             rx,
             current: Bytes::new(),
         };
-        files::extract_with(reader, &dir, &opts)
+        // `dyn`: one copy of the extraction for uploads and pulls (binary size).
+        files::extract_with(&mut reader as &mut dyn Read, &dir, &opts)
     });
     let mut body_err = None;
     loop {
