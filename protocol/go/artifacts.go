@@ -5,11 +5,13 @@
 //
 // Compression. ATC streams gzip or zstd because its bytes cross the web node; here the shims always
 // move an uncompressed tar. Identity is the default and what a pull uses. Gzip is accepted: for
-// StreamOut the client compresses what it reads (CPU on the caller, about 50-100 MB/s per core with
-// compress/gzip, a gain only where the caller's own link is slower than that and the data
-// compresses); for StreamIn it decompresses before the upload. Between two pods a pull stays
-// identity: on a pod network of 1 Gbit/s or more, gzip on both ends is slower than the wire. Zstd
-// is not in Go's standard library and is refused with ErrCompression.
+// StreamOut the client compresses what it reads, for StreamIn it decompresses before the upload; the
+// CPU is the caller's. Measured with compress/gzip at the default level on one core of a shared
+// 2-core EPYC VM: 36 MB/s on random bytes (output 100% of input) and 21 MB/s on Rust sources (28%).
+// Both are far below a pod network (1 Gbit/s is 125 MB/s), so gzip only pays on a link slower than
+// about 20 MB/s with compressible data (e.g. a worker reaching pods through a remote apiserver). A
+// P2P copy is a pull between two shims and stays identity whatever compression asks. Zstd is not
+// in Go's standard library and is refused with ErrCompression.
 
 package shim
 
