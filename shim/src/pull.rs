@@ -1,8 +1,9 @@
 //! Pulls (PROTOCOL.md 4.10): this shim fetches a tar stream from another shim's `GET /v1/files` with
 //! a grant token and extracts it through the same extraction as `PUT /v1/files` (into staging,
-//! moved into place only when whole). The fetch (`pull/fetch.rs`) resumes a cut connection from the
-//! bytes already received, so the extraction reads one continuous stream whatever happens to the
-//! connections under it.
+//! moved into place only when whole). The fetch (`pull/fetch.rs`) is the `Read` the extraction
+//! consumes: it resumes a cut connection from the bytes already received, so the extraction reads
+//! one continuous stream whatever happens to the connections under it. Both run on one blocking
+//! thread per pull: no async task, no channel (the shim's binary stays small).
 //!
 //! The stream's last 1024 bytes (the end-of-archive marker) are handed to the extraction only once
 //! the whole stream arrived and its SHA-256 matches the expected one, if any: a stream that is cut
@@ -12,14 +13,15 @@ mod fetch;
 mod http1;
 
 use std::collections::HashMap;
-use std::io::{self, Read};
+use std::io::Read;
+use std::net::{Shutdown, TcpStream};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use protocol::artifacts::{PullSpec, PullState, PullStatus};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::error::Error;
 use crate::files::{self, Limits, Options, Resolve};
@@ -55,7 +57,10 @@ pub struct Pull {
     started: Instant,
     progress: Mutex<Progress>,
     state: watch::Sender<PullState>,
-    task: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Set by `DELETE`: the fetch stops at its next read.
+    cancelled: AtomicBool,
+    /// The connection being read, to shut down on `DELETE` (a read may block up to the idle timeout).
+    socket: Mutex<Option<TcpStream>>,
 }
 
 /// What a pull reports as it goes.
@@ -179,10 +184,11 @@ impl Pulls {
             started: Instant::now(),
             progress: Mutex::default(),
             state: watch::Sender::new(PullState::Running),
-            task: Mutex::new(None),
+            cancelled: AtomicBool::new(false),
+            socket: Mutex::new(None),
         });
-        let task = tokio::spawn(run(pull.clone(), source, self.settings));
-        *pull.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task.abort_handle());
+        let (p, settings) = (pull.clone(), self.settings);
+        tokio::task::spawn_blocking(move || run(&p, &source, &settings));
         map.insert(id.to_owned(), pull.clone());
         Ok((pull, true))
     }
@@ -208,80 +214,32 @@ impl Pulls {
             .map()
             .remove(id)
             .ok_or_else(|| Error::NotFound(format!("no pull with id {id:?}")))?;
-        let task = pull.task.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(task) = task {
-            task.abort();
+        pull.cancelled.store(true, Ordering::Release);
+        if let Some(s) = pull.socket.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = s.shutdown(Shutdown::Both);
         }
-        // The extraction sees its stream end without the marker and removes its staging.
+        // The extraction fails at its next read and removes its staging.
         pull.wait(Duration::from_secs(30)).await;
         Ok(())
     }
 }
 
-/// Fetches and extracts; records how it ended.
-async fn run(pull: Arc<Pull>, source: fetch::Source, s: Settings) {
-    let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(8);
-    let target = PathBuf::from(&pull.spec.target);
+/// Fetches and extracts on this (blocking) thread; records how it ended.
+fn run(pull: &Pull, source: &fetch::Source, s: &Settings) {
     let opts = Options {
         same_owner: s.same_owner,
         limits: s.limits,
         resolve: Resolve::Auto,
     };
-    let extract = tokio::task::spawn_blocking(move || {
-        let mut reader = StreamReader {
-            rx,
-            current: Bytes::new(),
-        };
-        // `dyn`: the same copy of the extraction as `PUT /v1/files` (binary size).
-        files::extract_with(&mut reader as &mut dyn Read, &target, &opts)
-    });
-    // A pull cancelled while its task is aborted still ends: the guard drops with the task.
-    let guard = EndOnDrop(pull.clone());
-    let fetched = fetch::run(&pull, &source, &s, &tx).await;
-    if let Err(why) = &fetched {
-        let _ = tx.send(Err(io::Error::other(why.clone()))).await;
-    }
-    drop(tx);
-    let extracted = extract.await;
-    std::mem::forget(guard);
-    let result = match (fetched, extracted) {
-        (Err(why), Ok(Err(e))) if why == fetch::EXTRACTION_STOPPED => {
-            Err(format!("extracting: {e}; nothing was extracted"))
-        }
-        (Err(why), _) => Err(format!("{why}; nothing was extracted")),
-        (Ok(()), Ok(Ok(stats))) => Ok(stats.entries),
-        (Ok(()), Ok(Err(e))) => Err(format!("extracting: {e}")),
-        (Ok(()), Err(e)) => Err(format!("extracting: {e}")),
+    let target = PathBuf::from(&pull.spec.target);
+    let mut reader = fetch::Fetch::new(pull, source, s);
+    // `dyn`: the same copy of the extraction as `PUT /v1/files` (binary size).
+    let extracted = files::extract_with(&mut reader as &mut dyn Read, &target, &opts);
+    let result = match (extracted, reader.failure.take()) {
+        (_, Some(why)) => Err(format!("{why}; nothing was extracted")),
+        (Ok(stats), None) => Ok(stats.entries),
+        (Err(e), None) => Err(format!("extracting: {e}; nothing was extracted")),
     };
+    *pull.socket.lock().unwrap_or_else(|e| e.into_inner()) = None;
     pull.end(result);
-}
-
-/// Marks a pull failed if its task goes away before it ended (cancelled).
-struct EndOnDrop(Arc<Pull>);
-
-impl Drop for EndOnDrop {
-    fn drop(&mut self) {
-        self.0.end(Err("cancelled".into()));
-    }
-}
-
-/// Blocking `Read` over the chunks the fetch sends; an `Err` item fails the extraction.
-struct StreamReader {
-    rx: mpsc::Receiver<io::Result<Bytes>>,
-    current: Bytes,
-}
-
-impl Read for StreamReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.current.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(Ok(b)) => self.current = b,
-                Some(Err(e)) => return Err(e),
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current.split_to(n));
-        Ok(n)
-    }
 }

@@ -373,6 +373,31 @@ async fn pulls_fail_clearly_and_extract_nothing() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // A pull cancelled midway (DELETE) ends at once and leaves nothing either.
+    let spec = pull_spec(&format!("http://{proxy}"), &src, "live", &dst.join("f"));
+    dst_shim.client.pull("cancel", &spec, None).await.unwrap();
+    for _ in 0..2000 {
+        if dst_shim
+            .client
+            .pull_status("cancel", None)
+            .await
+            .unwrap()
+            .bytes
+            > 0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = std::time::Instant::now();
+    dst_shim.client.delete_pull("cancel").await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let err = dst_shim
+        .client
+        .pull_status("cancel", None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(protocol::ErrorCode::NotFound));
     src_shim.child().kill().unwrap();
     let killed = dst_shim
         .client

@@ -1,19 +1,19 @@
-//! The fetch side of a pull: `GET /v1/files` on the source shim over one HTTP/1.1 connection at a
-//! time (`pull/http1.rs`), resumed after a cut from the bytes received
-//! with the ETag of the first response (PROTOCOL.md 4.8.1). Bytes go to the extraction as they
-//! arrive, except the stream's last 1024 (its end-of-archive marker), which go only once the whole
-//! stream's SHA-256 is known and matches the expected one.
+//! The fetch side of a pull, as the `Read` the extraction consumes: `GET /v1/files` on the source shim
+//! over one HTTP/1.1 connection at a time (`pull/http1.rs`), resumed after a cut from the bytes
+//! already received, with `offset` and the ETag of the first response (PROTOCOL.md 4.8.1), so the
+//! extraction reads one continuous stream. The stream's last 1024 bytes (its end-of-archive marker)
+//! are returned only once the whole stream arrived and its SHA-256 matches the expected one.
+//!
+//! It runs on the pull's blocking thread, beside the extraction: no task, no channel.
 
-use std::io;
+use std::io::{self, Read};
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::Bytes;
 use protocol::artifacts::PullSpec;
 use protocol::query;
 use sha2::{Digest, Sha256};
-use tokio::net::TcpStream;
-use tokio::sync::mpsc;
 
 use super::{Pull, Settings, http1};
 use crate::error::Error;
@@ -21,17 +21,10 @@ use crate::error::Error;
 /// Bytes held back from the extraction until the stream is verified: the end-of-archive marker.
 const TAIL: u64 = 1024;
 
-/// How long a connection may take to open.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Longest pause between two attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// What a fetch that ended because the extraction stopped says (the extraction's error is the one
-/// to report then).
-pub const EXTRACTION_STOPPED: &str = "the extraction stopped";
-
-/// Where a pull fetches from: `host:port`, the request target and the grant token.
+/// Where a pull fetches from: the address, `host:port` as sent, the request target, the token.
 #[derive(Debug, Clone)]
 pub struct Source {
     addr: SocketAddr,
@@ -49,12 +42,11 @@ impl Source {
             .strip_prefix("http://")
             .ok_or_else(|| bad("must start with http://"))?;
         let authority = rest.trim_end_matches('/');
-        if authority.is_empty()
-            || !authority.bytes().all(|b| b.is_ascii_graphic())
-            || authority.contains(['/', '?', '#', '@'])
-        {
-            return Err(bad("must be http://host:port without a path"));
-        }
+        // An IP literal: no resolver in the shim (pods address each other by IP; a host name
+        // would pull musl's DNS client into the binary).
+        let addr: SocketAddr = authority
+            .parse()
+            .map_err(|_| bad("the host must be an IP address with a port (ip:port, [ip6]:port)"))?;
         if !spec.path.starts_with('/') {
             return Err(Error::BadRequest(format!(
                 "path {:?} is not absolute",
@@ -64,11 +56,6 @@ impl Source {
         if spec.token.is_empty() || !spec.token.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(Error::BadRequest("token must be visible ASCII".into()));
         }
-        // An IP literal: no resolver in the shim (pods address each other by IP; a host name
-        // would pull musl's DNS client into the binary).
-        let addr: SocketAddr = authority
-            .parse()
-            .map_err(|_| bad("the host must be an IP address with a port (ip:port, [ip6]:port)"))?;
         Ok(Source {
             addr,
             authority: authority.to_owned(),
@@ -82,185 +69,222 @@ impl Source {
     }
 }
 
-/// Why one attempt ended.
-enum Ended {
-    /// The whole stream arrived.
-    Complete,
-    /// Try again from the bytes received (connection refused or cut, 503).
-    Retry(String),
-    /// Give up (401, 403, 404, 412, a bad answer).
-    Fatal(String),
-}
-
-/// The state of the stream across attempts.
-struct Stream<'a> {
+/// The stream across connections, read by the extraction.
+pub struct Fetch<'a> {
+    pull: &'a Pull,
+    source: &'a Source,
+    s: &'a Settings,
+    conn: Option<http1::Response>,
     got: u64,
     total: Option<u64>,
     etag: Option<String>,
     sha: Sha256,
     tail: Vec<u8>,
-    tx: &'a mpsc::Sender<io::Result<Bytes>>,
+    /// Tail bytes already returned, once verified.
+    tail_out: Option<usize>,
+    /// Connection attempts in a row without a byte of progress.
+    failures: u32,
+    /// Why the fetch gave up (the extraction then fails with this as its read error).
+    pub failure: Option<String>,
 }
 
-/// Fetches the whole stream into `tx`, resuming after cuts; `Err` says why it gave up.
-pub async fn run(
-    pull: &Pull,
-    source: &Source,
-    s: &Settings,
-    tx: &mpsc::Sender<io::Result<Bytes>>,
-) -> Result<(), String> {
-    let mut st = Stream {
-        got: 0,
-        total: None,
-        etag: None,
-        sha: Sha256::new(),
-        tail: Vec::new(),
-        tx,
-    };
-    let mut failures = 0u32;
-    loop {
-        let before = st.got;
-        match attempt(pull, source, s, &mut st).await {
-            Ended::Complete => break,
-            Ended::Fatal(why) => return Err(why),
-            Ended::Retry(why) => {
-                if st.got > before {
-                    failures = 0;
+impl<'a> Fetch<'a> {
+    /// A fetch that connects on its first read.
+    pub fn new(pull: &'a Pull, source: &'a Source, s: &'a Settings) -> Self {
+        Fetch {
+            pull,
+            source,
+            s,
+            conn: None,
+            got: 0,
+            total: None,
+            etag: None,
+            sha: Sha256::new(),
+            tail: Vec::new(),
+            tail_out: None,
+            failures: 0,
+            failure: None,
+        }
+    }
+
+    /// Records why the fetch gave up and returns it as a read error.
+    fn fail(&mut self, why: String) -> io::Error {
+        let e = io::Error::other(why.clone());
+        self.failure.get_or_insert(why);
+        e
+    }
+
+    /// Opens a connection from `got` on, retrying (with a growing pause) what may pass.
+    fn connect(&mut self) -> io::Result<()> {
+        loop {
+            if self.pull.cancelled.load(Ordering::Acquire) {
+                return Err(self.fail("cancelled".into()));
+            }
+            let why = match self.attempt() {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(fatal)) => return Err(self.fail(fatal)),
+                Err(retry) => retry,
+            };
+            self.failures += 1;
+            if self.failures > self.s.retries {
+                let n = self.failures;
+                return Err(self.fail(format!(
+                    "{why} (gave up after {n} attempts without progress, STEPSHIM_PULL_RETRIES)"
+                )));
+            }
+            tracing::debug!(pull = %self.pull.id, got = self.got, cause = %why, "pull resumes");
+            let pause = Duration::from_millis(100 << self.failures.min(6)).min(MAX_BACKOFF);
+            std::thread::sleep(pause);
+        }
+    }
+
+    /// One request: `Ok(Ok)` connected, `Ok(Err)` give up, `Err` try again.
+    fn attempt(&mut self) -> Result<Result<(), String>, String> {
+        let mut target = self.source.target.clone();
+        if self.got > 0 {
+            target.push_str(&format!("&{}={}", query::OFFSET, self.got));
+        }
+        let bearer = format!("Bearer {}", self.source.token);
+        let mut headers = vec![
+            ("Authorization", bearer.as_str()),
+            (protocol::token::PROXY_HEADER, self.source.token.as_str()),
+        ];
+        if let Some(etag) = &self.etag {
+            headers.push(("If-Match", etag));
+        }
+        let pull = self.pull;
+        let (a, auth) = (self.source.addr, &self.source.authority);
+        let resp = http1::get(a, auth, &target, &headers, self.s.idle, |tcp| {
+            *pull.socket.lock().unwrap_or_else(|e| e.into_inner()) = tcp.try_clone().ok();
+        })
+        .map_err(|e| format!("requesting from {auth}: {e}"))?;
+        if resp.status != 200 {
+            let status = resp.status;
+            let body = resp.small_body();
+            let message = serde_json::from_slice::<protocol::ErrorBody>(&body)
+                .map(|b| format!(" ({}: {})", b.error.code, b.error.message))
+                .unwrap_or_default();
+            let why = format!("the source answered {status}{message}");
+            return if status == 503 {
+                Err(why)
+            } else {
+                Ok(Err(why))
+            };
+        }
+        let (Some(etag), Some(total)) = (resp.etag.clone(), resp.stream_length) else {
+            return Ok(Err(
+                "the source sent no ETag or stream length: it cannot resume".into(),
+            ));
+        };
+        if total < TAIL || self.total.is_some_and(|t| t != total) {
+            return Ok(Err(format!(
+                "the source's stream length {total} is unusable"
+            )));
+        }
+        if self.etag.as_deref().is_some_and(|e| e != etag) {
+            return Ok(Err(
+                "the source's tree changed between two connections".into()
+            ));
+        }
+        if self.got > 0 {
+            self.pull.lock().resumes += 1;
+        }
+        self.etag = Some(etag);
+        self.total = Some(total);
+        self.pull.lock().total = Some(total);
+        self.conn = Some(resp);
+        Ok(Ok(()))
+    }
+
+    /// Reads stream bytes into `buf` (never past `limit` of the stream), hashing them; a failed
+    /// connection is dropped and `Ok(0)` asks the caller to go round again.
+    fn receive(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(conn) = &mut self.conn else {
+            self.connect()?;
+            return Ok(0);
+        };
+        match conn.read(buf) {
+            Ok(0) | Err(_) if self.pull.cancelled.load(Ordering::Acquire) => {
+                Err(self.fail("cancelled".into()))
+            }
+            Ok(0) => {
+                self.conn = None;
+                Ok(0)
+            }
+            Ok(n) => {
+                self.sha.update(&buf[..n]);
+                self.got += n as u64;
+                self.failures = 0;
+                self.pull.lock().bytes = self.got;
+                Ok(n)
+            }
+            Err(e) => {
+                tracing::debug!(pull = %self.pull.id, cause = %e, "the stream was cut");
+                self.conn = None;
+                self.failures += 1;
+                if self.failures > self.s.retries {
+                    return Err(self.fail(format!("the stream was cut: {e}")));
                 }
-                failures += 1;
-                if failures > s.retries {
-                    return Err(format!(
-                        "{why} (gave up after {failures} attempts without progress, STEPSHIM_PULL_RETRIES)"
-                    ));
-                }
-                tracing::debug!(pull = %pull.id, got = st.got, cause = %why, "pull resumes");
-                if st.got > 0 {
-                    pull.lock().resumes += 1;
-                }
-                let backoff = Duration::from_millis(100 << failures.min(6)).min(MAX_BACKOFF);
-                tokio::time::sleep(backoff).await;
+                Ok(0)
             }
         }
     }
-    let digest: String = std::mem::take(&mut st.sha)
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    if let Some(want) = &pull.spec.sha256
-        && !want.eq_ignore_ascii_case(&digest)
-    {
-        return Err(format!(
-            "the stream's SHA-256 is {digest}, not the expected {want}"
-        ));
-    }
-    pull.lock().sha256 = Some(digest);
-    let tail = Bytes::from(std::mem::take(&mut st.tail));
-    tx.send(Ok(tail))
-        .await
-        .map_err(|_| EXTRACTION_STOPPED.to_owned())
-}
 
-/// One connection: `GET` from `st.got` on.
-async fn attempt(pull: &Pull, source: &Source, s: &Settings, st: &mut Stream<'_>) -> Ended {
-    let connect = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(source.addr));
-    let tcp = match connect.await {
-        Ok(Ok(tcp)) => tcp,
-        Ok(Err(e)) => return Ended::Retry(format!("connecting to {}: {e}", source.authority)),
-        Err(_) => return Ended::Retry(format!("connecting to {}: timed out", source.authority)),
-    };
-    let _ = tcp.set_nodelay(true);
-    let mut target = source.target.clone();
-    if st.got > 0 {
-        target.push_str(&format!("&{}={}", query::OFFSET, st.got));
-    }
-    let bearer = format!("Bearer {}", source.token);
-    let mut headers = vec![
-        ("Authorization", bearer.as_str()),
-        (protocol::token::PROXY_HEADER, source.token.as_str()),
-    ];
-    if let Some(etag) = &st.etag {
-        headers.push(("If-Match", etag));
-    }
-    let resp = http1::get(tcp, &source.authority, &target, &headers, s.idle).await;
-    let mut resp = match resp {
-        Ok(r) => r,
-        Err(e) => return Ended::Retry(format!("requesting from {}: {e}", source.authority)),
-    };
-    let status = resp.status;
-    if status != 200 {
-        let body = resp.small_body(s.idle).await.unwrap_or_default();
-        let message = serde_json::from_slice::<protocol::ErrorBody>(&body)
-            .map(|b| format!(" ({}: {})", b.error.code, b.error.message))
-            .unwrap_or_default();
-        let why = format!("the source answered {status}{message}");
-        return if status == 503 {
-            Ended::Retry(why)
-        } else {
-            Ended::Fatal(why)
+    /// Once everything arrived: checks the digest (once) and hands out the held-back tail.
+    fn finish(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let at = match self.tail_out {
+            Some(at) => at,
+            None => {
+                self.conn = None;
+                let digest: String = std::mem::take(&mut self.sha)
+                    .finalize()
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                if let Some(want) = &self.pull.spec.sha256
+                    && !want.eq_ignore_ascii_case(&digest)
+                {
+                    let why = format!("the stream's SHA-256 is {digest}, not the expected {want}");
+                    return Err(self.fail(why));
+                }
+                self.pull.lock().sha256 = Some(digest);
+                0
+            }
         };
-    }
-    if let Err(why) = st.check_headers(resp.etag.as_deref(), resp.stream_length) {
-        return Ended::Fatal(why);
-    }
-    loop {
-        let data = match resp.chunk(s.idle).await {
-            Ok(Some(data)) => data,
-            Ok(None) => break,
-            Err(e) => return Ended::Retry(format!("the stream was cut: {e}")),
-        };
-        if let Err(why) = st.take(data, pull).await {
-            return Ended::Fatal(why);
-        }
-    }
-    if Some(st.got) == st.total {
-        Ended::Complete
-    } else {
-        Ended::Retry(format!(
-            "the stream ended at byte {} of {}",
-            st.got,
-            st.total.unwrap_or(0)
-        ))
+        let n = buf.len().min(self.tail.len() - at);
+        buf[..n].copy_from_slice(&self.tail[at..at + n]);
+        self.tail_out = Some(at + n);
+        Ok(n)
     }
 }
 
-impl Stream<'_> {
-    /// Records the first response's ETag and length; later ones must agree.
-    fn check_headers(&mut self, etag: Option<&str>, total: Option<u64>) -> Result<(), String> {
-        let (Some(etag), Some(total)) = (etag, total) else {
-            return Err("the source sent no ETag or stream length: it cannot resume".into());
-        };
-        if total < TAIL || self.total.is_some_and(|t| t != total) {
-            return Err(format!("the source's stream length {total} is unusable"));
+impl Read for Fetch<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
         }
-        if self.etag.as_deref().is_some_and(|e| e != etag) {
-            return Err("the source's tree changed between two connections".into());
+        // Bounded: each round either returns, makes progress or counts a failure.
+        loop {
+            if let Some(total) = self.total {
+                let keep_from = total - TAIL;
+                if self.got == total {
+                    return self.finish(buf);
+                }
+                if self.got >= keep_from {
+                    let mut tmp = [0u8; TAIL as usize];
+                    let want = (total - self.got) as usize;
+                    let n = self.receive(&mut tmp[..want])?;
+                    self.tail.extend_from_slice(&tmp[..n]);
+                    continue;
+                }
+                let want = buf.len().min((keep_from - self.got) as usize);
+                let n = self.receive(&mut buf[..want])?;
+                if n > 0 {
+                    return Ok(n);
+                }
+            } else {
+                self.connect()?;
+            }
         }
-        self.etag = Some(etag.to_owned());
-        self.total = Some(total);
-        Ok(())
-    }
-
-    /// Hashes and forwards `data`, holding back the last [`TAIL`] bytes of the stream.
-    async fn take(&mut self, data: Bytes, pull: &Pull) -> Result<(), String> {
-        let total = self.total.unwrap_or(0);
-        if self.got + data.len() as u64 > total {
-            return Err("the source sent more than its stream length".into());
-        }
-        self.sha.update(&data);
-        let keep_from = total - TAIL;
-        let start = self.got;
-        self.got += data.len() as u64;
-        {
-            let mut p = pull.lock();
-            p.bytes = self.got;
-            p.total = Some(total);
-        }
-        let n = keep_from.saturating_sub(start).min(data.len() as u64) as usize;
-        self.tail.extend_from_slice(&data[n..]);
-        if n > 0 && self.tx.send(Ok(data.slice(..n))).await.is_err() {
-            return Err(EXTRACTION_STOPPED.into());
-        }
-        Ok(())
     }
 }

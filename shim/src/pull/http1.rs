@@ -1,22 +1,21 @@
-//! The one HTTP/1.1 request a pull makes: `GET` with a few headers, the response head parsed with
-//! `httparse` (already in the binary for the server side) and a body of `Content-Length` bytes,
-//! which is how a shim always answers `GET /v1/files` and its errors. No pool, no chunked
-//! decoding, no redirects: a few kilobytes of binary instead of a general client.
+//! The one HTTP/1.1 request a pull makes, blocking on the pull's own thread: `GET` with a few
+//! headers, the response head parsed with `httparse` (already in the binary for the server side) and
+//! a body of `Content-Length` bytes, which is how a shim always answers `GET /v1/files` and its
+//! errors. No pool, no chunked decoding, no redirects, no async state machine: a few kilobytes of
+//! binary instead of a general client.
 
-use std::io;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::Duration;
-
-use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// Largest response head accepted.
 const MAX_HEAD: usize = 16 << 10;
 
-/// Bytes read from the socket at a time.
-const READ_BUF: usize = 64 << 10;
+/// How long a connection may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A response: its status, the headers a pull reads, and the body still to read.
+/// A response: its status, the headers a pull reads, and the body still to read (as `Read`: an
+/// error, never a clean end, if the connection ends before `Content-Length` bytes).
 #[derive(Debug)]
 pub struct Response {
     /// HTTP status.
@@ -26,39 +25,51 @@ pub struct Response {
     /// `X-Stepshim-Stream-Length`.
     pub stream_length: Option<u64>,
     tcp: TcpStream,
-    /// Body bytes read with the head.
-    early: Bytes,
-    /// Body bytes not yet returned.
+    /// Body bytes read with the head, from `early_at` on.
+    early: Vec<u8>,
+    early_at: usize,
+    /// Body bytes not yet read from the socket.
     left: u64,
 }
 
-/// Sends `GET target` with `headers` and reads the response head, each read within `idle`.
-pub async fn get(
-    mut tcp: TcpStream,
+/// Connects to `addr`, sends `GET target` with `headers` and reads the response head; every read
+/// and write may take at most `idle`. `on_connect` gets a handle that can shut the socket down
+/// (to cancel a pull blocked in a read).
+pub fn get(
+    addr: SocketAddr,
     authority: &str,
     target: &str,
     headers: &[(&str, &str)],
     idle: Duration,
+    on_connect: impl FnOnce(&TcpStream),
 ) -> io::Result<Response> {
+    let mut tcp = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
+    on_connect(&tcp);
+    tcp.set_read_timeout(Some(idle))?;
+    tcp.set_write_timeout(Some(idle))?;
+    let _ = tcp.set_nodelay(true);
     let mut head = format!("GET {target} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
-    timed(idle, tcp.write_all(head.as_bytes())).await?;
-    let mut buf = BytesMut::with_capacity(READ_BUF);
+    tcp.write_all(head.as_bytes())?;
+    let mut buf = vec![0u8; MAX_HEAD];
+    let mut len = 0;
     loop {
-        if timed(idle, tcp.read_buf(&mut buf)).await? == 0 {
+        let n = tcp.read(&mut buf[len..])?;
+        if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "the connection closed before the response head",
             ));
         }
+        len += n;
         let mut slots = [httparse::EMPTY_HEADER; 32];
         let mut resp = httparse::Response::new(&mut slots);
-        let parsed = resp.parse(&buf).map_err(io::Error::other)?;
-        let httparse::Status::Complete(n) = parsed else {
-            if buf.len() > MAX_HEAD {
+        let httparse::Status::Complete(at) = resp.parse(&buf[..len]).map_err(io::Error::other)?
+        else {
+            if len == buf.len() {
                 return Err(io::Error::other("response head too large"));
             }
             continue;
@@ -73,42 +84,55 @@ pub async fn get(
         let length = find("content-length")
             .and_then(|v| v.parse::<u64>().ok())
             .ok_or_else(|| io::Error::other("the response has no Content-Length"))?;
-        let status = resp.code.unwrap_or(0);
-        let etag = find("etag");
-        let stream_length =
-            find(protocol::artifacts::STREAM_LENGTH_HEADER).and_then(|v| v.parse().ok());
-        let early = buf.split_off(n).freeze();
-        if early.len() as u64 > length {
+        let early = (len - at) as u64;
+        if early > length {
             return Err(io::Error::other(
                 "the response is longer than its Content-Length",
             ));
         }
+        let status = resp.code.unwrap_or(0);
+        let etag = find("etag");
+        let stream_length =
+            find(protocol::artifacts::STREAM_LENGTH_HEADER).and_then(|v| v.parse().ok());
         return Ok(Response {
             status,
             etag,
             stream_length,
             tcp,
-            left: length - early.len() as u64,
-            early,
+            early_at: at,
+            early: {
+                buf.truncate(len);
+                buf
+            },
+            left: length - early,
         });
     }
 }
 
 impl Response {
-    /// The next body bytes, `None` at its end; an error if the connection ends before it or
-    /// nothing comes for `idle`.
-    pub async fn chunk(&mut self, idle: Duration) -> io::Result<Option<Bytes>> {
-        if !self.early.is_empty() {
-            return Ok(Some(std::mem::take(&mut self.early)));
+    /// The whole (small) body, e.g. an error's JSON, at most 64 KiB.
+    pub fn small_body(self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let _ = self.take(64 << 10).read_to_end(&mut out);
+        out
+    }
+}
+
+impl Read for Response {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.early_at < self.early.len() {
+            let n = buf.len().min(self.early.len() - self.early_at);
+            buf[..n].copy_from_slice(&self.early[self.early_at..self.early_at + n]);
+            self.early_at += n;
+            return Ok(n);
         }
-        if self.left == 0 {
-            return Ok(None);
+        if self.left == 0 || buf.is_empty() {
+            return Ok(0);
         }
-        let want = usize::try_from(self.left)
-            .unwrap_or(usize::MAX)
-            .min(READ_BUF);
-        let mut buf = BytesMut::with_capacity(want);
-        let n = timed(idle, (&mut self.tcp).take(want as u64).read_buf(&mut buf)).await?;
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.tcp.read(&mut buf[..want])?;
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -119,24 +143,12 @@ impl Response {
             ));
         }
         self.left -= n as u64;
-        Ok(Some(buf.freeze()))
-    }
-
-    /// The whole (small) body, e.g. an error's JSON, at most 64 KiB.
-    pub async fn small_body(mut self, idle: Duration) -> io::Result<Vec<u8>> {
-        let mut out = Vec::new();
-        while let Some(b) = self.chunk(idle).await? {
-            out.extend_from_slice(&b);
-            if out.len() > 64 << 10 {
-                break;
-            }
-        }
-        Ok(out)
+        Ok(n)
     }
 }
 
-async fn timed<T>(idle: Duration, f: impl Future<Output = io::Result<T>>) -> io::Result<T> {
-    tokio::time::timeout(idle, f)
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no bytes within the idle timeout"))?
+impl Drop for Response {
+    fn drop(&mut self) {
+        let _ = self.tcp.shutdown(Shutdown::Both);
+    }
 }
