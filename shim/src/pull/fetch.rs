@@ -74,7 +74,8 @@ pub struct Fetch<'a> {
     pull: &'a Pull,
     source: &'a Source,
     s: &'a Settings,
-    conn: Option<http1::Response>,
+    /// Buffered: the extraction reads headers 512 bytes at a time.
+    conn: Option<io::BufReader<http1::Response>>,
     got: u64,
     total: Option<u64>,
     etag: Option<String>,
@@ -192,7 +193,7 @@ impl<'a> Fetch<'a> {
         self.etag = Some(etag);
         self.total = Some(total);
         self.pull.lock().total = Some(total);
-        self.conn = Some(resp);
+        self.conn = Some(io::BufReader::with_capacity(256 << 10, resp));
         Ok(Ok(()))
     }
 
