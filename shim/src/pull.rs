@@ -26,6 +26,10 @@ use tokio::sync::watch;
 use crate::error::Error;
 use crate::files::{self, Limits, Options, Resolve};
 
+/// Pulls remembered at once (running or ended, not deleted); the oldest ended one is forgotten to
+/// make room for a new one.
+pub const MAX_REMEMBERED: usize = 256;
+
 /// How pulls run (from the configuration).
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
@@ -168,6 +172,17 @@ impl Pulls {
             } else {
                 Err(Error::PullConflict(id.to_owned()))
             };
+        }
+        if map.len() >= MAX_REMEMBERED {
+            // Room for one more: forget the oldest pull that ended.
+            let oldest = map
+                .values()
+                .filter(|p| *p.state.borrow() != PullState::Running)
+                .min_by_key(|p| p.started)
+                .map(|p| p.id.clone());
+            if let Some(old) = oldest {
+                map.remove(&old);
+            }
         }
         let running = map
             .values()
