@@ -123,25 +123,10 @@ async fn pulls_fail_clearly_and_extract_nothing() {
         expired.error.as_deref().unwrap().contains("401"),
         "{expired:?}"
     );
-    // The source killed mid-pull: a slow proxy (cut every 200-300 KB) keeps it in flight.
-    let (proxy, _cuts) = cutting_proxy(src_shim.addr.clone(), 200_000, 300_000)
+    // A proxy cutting every 20-40 KB keeps a pull in flight long enough to act on it.
+    let (proxy, _cuts) = cutting_proxy(src_shim.addr.clone(), 20_000, 40_000)
         .await
         .unwrap();
-    let spec = pull_spec(&format!("http://{proxy}"), &src, "live", &dst.join("e"));
-    dst_shim.client.pull("killed", &spec, None).await.unwrap();
-    for _ in 0..2000 {
-        if dst_shim
-            .client
-            .pull_status("killed", None)
-            .await
-            .unwrap()
-            .bytes
-            > 0
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     // A pull cancelled midway (DELETE) ends at once and leaves nothing either.
     let spec = pull_spec(&format!("http://{proxy}"), &src, "live", &dst.join("f"));
     dst_shim.client.pull("cancel", &spec, None).await.unwrap();
@@ -167,6 +152,22 @@ async fn pulls_fail_clearly_and_extract_nothing() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(protocol::ErrorCode::NotFound));
+    // The source killed mid-pull.
+    let spec = pull_spec(&format!("http://{proxy}"), &src, "live", &dst.join("e"));
+    dst_shim.client.pull("killed", &spec, None).await.unwrap();
+    for _ in 0..2000 {
+        if dst_shim
+            .client
+            .pull_status("killed", None)
+            .await
+            .unwrap()
+            .bytes
+            > 0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     src_shim.child().kill().unwrap();
     let killed = dst_shim
         .client
