@@ -107,7 +107,7 @@ pub async fn copy(
         }),
         _ => {
             let error = status.error.unwrap_or_default();
-            if status.bytes == 0 && error.contains("connecting to") {
+            if !status.reached {
                 let _ = dst.delete_pull(id).await;
                 let mut copied = through_controller(src, path, dst, dir).await?;
                 copied.fallback = Some(error);

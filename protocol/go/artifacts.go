@@ -76,6 +76,7 @@ type PullStatus struct {
 	Total          uint64 `json:"total,omitempty"`
 	BytesPerSecond uint64 `json:"bytes_per_second"`
 	Resumes        uint32 `json:"resumes"`
+	Reached        bool   `json:"reached"`
 	SHA256         string `json:"sha256,omitempty"`
 	Entries        uint64 `json:"entries,omitempty"`
 	Error          string `json:"error,omitempty"`

@@ -118,6 +118,10 @@ pub struct PullStatus {
     pub bytes_per_second: u64,
     /// Connections that were cut and resumed from the bytes received.
     pub resumes: u32,
+    /// Whether the source answered at all (any status): a failed pull that never reached its
+    /// source may be retried another way (through the controller).
+    #[serde(default)]
+    pub reached: bool,
     /// Hex SHA-256 of the whole stream, once complete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,

@@ -73,6 +73,7 @@ struct Progress {
     bytes: u64,
     total: Option<u64>,
     resumes: u32,
+    reached: bool,
     sha256: Option<String>,
     entries: Option<u64>,
     error: Option<String>,
@@ -106,6 +107,7 @@ impl Pull {
                 0
             },
             resumes: p.resumes,
+            reached: p.reached,
             sha256: p.sha256.clone(),
             entries: p.entries,
             error: p.error.clone(),

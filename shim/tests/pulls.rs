@@ -101,8 +101,17 @@ async fn pulls_fail_clearly_and_extract_nothing() {
             "{source}"
         );
     }
+    // Nothing listening: it never reached its source (a caller may go another way).
+    let none = run(
+        "nowhere",
+        pull_spec("http://127.0.0.1:1", &src, "live", &dst.join("y")),
+    )
+    .await;
+    assert_eq!(none.state, PullState::Failed);
+    assert!(!none.reached, "{none:?}");
     // A wrong token, a grant used outside its path, a wrong digest.
     let bad = run("bad-token", pull_spec(&base, &src, "nope", &dst.join("a"))).await;
+    assert!(bad.reached);
     assert!(bad.error.as_deref().unwrap().contains("401"), "{bad:?}");
     let outside = run("outside", pull_spec(&base, &src, "narrow", &dst.join("b"))).await;
     assert!(

@@ -159,6 +159,7 @@ impl<'a> Fetch<'a> {
             *pull.socket.lock().unwrap_or_else(|e| e.into_inner()) = tcp.try_clone().ok();
         })
         .map_err(|e| format!("requesting from {auth}: {e}"))?;
+        self.pull.lock().reached = true;
         if resp.status != 200 {
             let status = resp.status;
             let body = resp.small_body();
