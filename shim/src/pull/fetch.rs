@@ -162,11 +162,12 @@ impl<'a> Fetch<'a> {
         self.pull.lock().reached = true;
         if resp.status != 200 {
             let status = resp.status;
-            let body = resp.small_body();
-            let message = serde_json::from_slice::<protocol::ErrorBody>(&body)
-                .map(|b| format!(" ({}: {})", b.error.code, b.error.message))
-                .unwrap_or_default();
-            let why = format!("the source answered {status}{message}");
+            // The error body as sent (JSON with code and message), not parsed: a JSON
+            // deserializer for it would cost the binary more than it says.
+            let mut body = resp.small_body();
+            body.truncate(512);
+            let body = String::from_utf8_lossy(&body);
+            let why = format!("the source answered {status}: {}", body.trim());
             return if status == 503 {
                 Err(why)
             } else {
