@@ -54,6 +54,7 @@ async fn a_pull_through_cut_connections_resumes_and_lands_whole() {
     assert_eq!(dst_shim.client.pulls().await.unwrap().len(), 1);
     dst_shim.client.delete_pull("p1").await.unwrap();
     let _ = std::fs::remove_dir_all(&src);
+    let _ = std::fs::remove_dir_all(dst.parent().unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,4 +201,5 @@ async fn pulls_fail_clearly_and_extract_nothing() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
     let _ = std::fs::remove_dir_all(&src);
+    let _ = std::fs::remove_dir_all(&dst);
 }
