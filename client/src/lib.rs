@@ -4,11 +4,13 @@
 //!
 //! # Layout
 //! - this file: [`ShimClient`], one typed call per route.
+//! - [`artifacts`]: grants, pulls and the resumable files stream (a second `impl ShimClient`).
 //! - [`transport`]: how a request reaches the shim: the [`Transport`] trait and the direct pool.
 //! - [`error`]: [`ClientError`], with the shim's error codes as [`protocol::ErrorCode`].
 //! - [`output`]: a frame stream, and attach with resume.
 //! - [`local`]: a shim started as a child process on loopback, ready when it writes its address.
 
+mod artifacts;
 mod error;
 pub mod local;
 mod output;
@@ -26,6 +28,7 @@ use protocol::{
 };
 use serde::de::DeserializeOwned;
 
+pub use artifacts::FilesOut;
 pub use error::ClientError;
 pub use output::{Attached, OutputStream};
 pub use transport::{BoxError, Direct, ReqBody, RespBody, SendFuture, TokenHeader, Transport};

@@ -10,6 +10,7 @@
 //! - [`watch`]: the one shared reflector on the worker's pods that every wait reads.
 //! - [`via`]: the way to a shim: the pod IP, or the apiserver's `pods/proxy` with our credentials.
 //! - [`gc`]: garbage collection, retirement and the credentials health check.
+//! - [`transfer`]: artifacts between step pods: a grant and a pull, or through the controller.
 //! - [`manifests`]: RBAC (the one list of verbs a worker needs) and the shim ConfigMap as YAML.
 //!
 //! The shim's HTTP client is the `client` crate; `stepctl`'s commands live in the binary's `cli`
@@ -21,5 +22,6 @@ pub mod podspec;
 pub mod progress;
 pub mod runtime;
 pub mod token;
+pub mod transfer;
 pub mod via;
 pub mod watch;

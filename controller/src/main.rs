@@ -5,7 +5,7 @@ mod cli;
 
 use clap::Parser;
 use cli::args::{Cli, Command};
-use cli::{Target, admin, run};
+use cli::{Target, admin, cp, run};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -55,6 +55,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
                 Command::Gc(a) => admin::gc(&target, a, out).await,
                 Command::Retire => admin::retire(&target, out).await,
                 Command::Check => admin::check(&target, out).await,
+                Command::Cp(a) => cp::cp(&target, a, out).await,
                 Command::Manifests(_) => unreachable!("handled above"),
             }
         }

@@ -39,6 +39,10 @@ const (
 	CodeInvalidSpawn       = "invalid_spawn"
 	CodeInternal           = "internal"
 	CodeUnavailable        = "unavailable"
+	// Artifacts (PROTOCOL.md 4.8.1, 4.10, 4.11).
+	CodeForbidden          = "forbidden"
+	CodeNotFound           = "not_found"
+	CodePreconditionFailed = "precondition_failed"
 )
 
 // ErrExecutableNotFound matches (with errors.Is) the shim's 422 executable_not_found: the path of a

@@ -41,6 +41,12 @@ pub enum ErrorCode {
     InvalidTar,
     /// 401: missing or wrong bearer token.
     Unauthorized,
+    /// 403: a grant token used outside its grant (another route, a path outside its prefix).
+    Forbidden,
+    /// 404: no grant or pull with that id.
+    NotFound,
+    /// 412: a resumed `GET /v1/files` whose tree changed since the stream began.
+    PreconditionFailed,
     /// 404: no such route.
     NoRoute,
     /// 404: no process with that id.
@@ -89,6 +95,9 @@ impl ErrorCode {
             InvalidPath,
             InvalidTar,
             Unauthorized,
+            Forbidden,
+            NotFound,
+            PreconditionFailed,
             NoRoute,
             ProcessNotFound,
             FileNotFound,
@@ -127,6 +136,9 @@ impl ErrorCode {
             InvalidPath => "invalid_path",
             InvalidTar => "invalid_tar",
             Unauthorized => "unauthorized",
+            Forbidden => "forbidden",
+            NotFound => "not_found",
+            PreconditionFailed => "precondition_failed",
             NoRoute => "no_route",
             ProcessNotFound => "process_not_found",
             FileNotFound => "file_not_found",
@@ -153,13 +165,15 @@ impl ErrorCode {
             BadRequest | InvalidJson | InvalidSpec | InvalidId | InvalidOffset | InvalidSignal
             | InvalidPath | InvalidTar => 400,
             Unauthorized => 401,
-            NoRoute | ProcessNotFound | FileNotFound => 404,
+            Forbidden => 403,
+            NoRoute | ProcessNotFound | FileNotFound | NotFound => 404,
             MethodNotAllowed => 405,
             SpecConflict | StillRunning | NotRunning | NoTty | NoStdin | StdinGap | StdinClosed => {
                 409
             }
             BodyTooLarge => 413,
             ExecutableNotFound | InvalidSpawn => 422,
+            PreconditionFailed => 412,
             Internal => 500,
             Unavailable => 503,
         }

@@ -6,6 +6,7 @@
 //! - [`frame`]: the 8-byte-header frame format of a process's output log, an encoder and an incremental
 //!   decoder that tracks the resume offset.
 //! - [`types`]: JSON request and response bodies (spawn spec, process status, exit, info).
+//! - [`artifacts`]: grants, pulls and the resumable files stream (artifacts between shims).
 //! - [`error`]: error bodies and the error codes with their HTTP statuses.
 //! - [`routes`]: route paths, query string parsing and the process id syntax.
 //! - [`query`]: query parameter names.
@@ -14,6 +15,7 @@
 //! - [`signal`]: signal names and numbers accepted by the signal route.
 //! - `object`: request bodies deserialize from JSON objects only, never arrays.
 
+pub mod artifacts;
 pub mod error;
 pub mod frame;
 mod object;

@@ -40,6 +40,14 @@ pub enum Route<'a> {
     Resize(&'a str),
     /// `/v1/files`
     Files,
+    /// `/v1/grants`
+    Grants,
+    /// `/v1/grants/{id}`
+    Grant(&'a str),
+    /// `/v1/pulls`
+    Pulls,
+    /// `/v1/pulls/{id}`
+    Pull(&'a str),
 }
 
 /// Why a path did not match.
@@ -60,7 +68,21 @@ impl<'a> Route<'a> {
             INFO => return Ok(Route::Info),
             PROCESSES => return Ok(Route::Processes),
             FILES => return Ok(Route::Files),
+            crate::artifacts::GRANTS => return Ok(Route::Grants),
+            crate::artifacts::PULLS => return Ok(Route::Pulls),
             _ => {}
+        }
+        for (prefix, make) in [
+            ("/v1/grants/", Route::Grant as fn(&'a str) -> Route<'a>),
+            ("/v1/pulls/", Route::Pull),
+        ] {
+            if let Some(id) = path.strip_prefix(prefix) {
+                return if valid_id(id) {
+                    Ok(make(id))
+                } else {
+                    Err(RouteError::InvalidId)
+                };
+            }
         }
         let rest = path
             .strip_prefix("/v1/processes/")
@@ -97,6 +119,8 @@ impl<'a> Route<'a> {
             Route::Signal(_) => "signal",
             Route::Resize(_) => "resize",
             Route::Files => "files",
+            Route::Grants | Route::Grant(_) => "grants",
+            Route::Pulls | Route::Pull(_) => "pulls",
         }
     }
 }

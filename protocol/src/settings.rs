@@ -69,6 +69,12 @@ settings! {
     FILES_MAX_CONCURRENT = "STEPSHIM_FILES_MAX_CONCURRENT", "--files-max-concurrent", "8";
     /// Seconds a file transfer's body may stand still.
     FILES_IDLE_TIMEOUT = "STEPSHIM_FILES_IDLE_TIMEOUT", "--files-idle-timeout", "60";
+    /// Live read grants at once.
+    MAX_GRANTS = "STEPSHIM_MAX_GRANTS", "--max-grants", "64";
+    /// Pulls running at once.
+    MAX_PULLS = "STEPSHIM_MAX_PULLS", "--max-pulls", "8";
+    /// Connection attempts in a row without progress before a pull fails.
+    PULL_RETRIES = "STEPSHIM_PULL_RETRIES", "--pull-retries", "8";
 }
 
 /// The setting of a variable name.

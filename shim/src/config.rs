@@ -42,6 +42,29 @@ pub struct Config {
     pub oom_score_adj: i32,
     /// Caps of `PUT`/`GET /v1/files`.
     pub files: FilesSettings,
+    /// Caps of grants and pulls.
+    pub artifacts: ArtifactsSettings,
+}
+
+/// Caps of grants and pulls (PROTOCOL.md 4.9, 4.10 and 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArtifactsSettings {
+    /// Grants registered at once (`STEPSHIM_MAX_GRANTS`).
+    pub max_grants: usize,
+    /// Pulls running at once (`STEPSHIM_MAX_PULLS`).
+    pub max_pulls: usize,
+    /// Attempts in a row without progress before a pull fails (`STEPSHIM_PULL_RETRIES`).
+    pub pull_retries: u32,
+}
+
+impl Default for ArtifactsSettings {
+    fn default() -> Self {
+        ArtifactsSettings {
+            max_grants: 64,
+            max_pulls: 8,
+            pull_retries: 8,
+        }
+    }
 }
 
 /// Caps of file transfers (PROTOCOL.md 4.8 and 7).
@@ -222,6 +245,11 @@ impl Config {
                 max_header_bytes: ranged(S::FILES_MAX_HEADER_BYTES, 1, i64::MAX)? as u64,
                 max_concurrent: ranged(S::FILES_MAX_CONCURRENT, 1, 1 << 20)? as usize,
                 idle_timeout: secs(S::FILES_IDLE_TIMEOUT, tiny)?,
+            },
+            artifacts: ArtifactsSettings {
+                max_grants: ranged(S::MAX_GRANTS, 1, 1 << 16)? as usize,
+                max_pulls: ranged(S::MAX_PULLS, 1, 1024)? as usize,
+                pull_retries: ranged(S::PULL_RETRIES, 0, 1000)? as u32,
             },
         })
     }

@@ -102,6 +102,29 @@ pub enum Error {
         /// The limit.
         limit: usize,
     },
+    /// A resumed `GET /v1/files` whose tree no longer has the ETag it was resumed with.
+    #[error("{0}")]
+    TreeChanged(String),
+    /// A `GET /v1/files` offset past the end of the stream.
+    #[error("offset {offset} is past the end of the {len}-byte stream")]
+    StreamOffset {
+        /// Requested offset.
+        offset: u64,
+        /// Bytes of the whole stream.
+        len: u64,
+    },
+    /// The request's credentials (a grant token) do not allow it.
+    #[error("{0}")]
+    Forbidden(String),
+    /// A grant token that is expired, used up or revoked.
+    #[error("{0}")]
+    GrantInvalid(String),
+    /// A pull id that exists with another spec.
+    #[error("pull {0:?} exists with a different spec")]
+    PullConflict(String),
+    /// No grant or pull with this id.
+    #[error("{0}")]
+    NotFound(String),
     /// The shim failed; `context` says at what, the source stays in the shim's log.
     #[error("internal error: {context}")]
     Internal {
@@ -146,6 +169,12 @@ impl Error {
             InvalidSpec(_) => ErrorCode::InvalidSpec,
             SpecTooLarge { .. } => ErrorCode::BodyTooLarge,
             Internal { .. } => ErrorCode::Internal,
+            TreeChanged(_) => ErrorCode::PreconditionFailed,
+            StreamOffset { .. } => ErrorCode::InvalidOffset,
+            Forbidden(_) => ErrorCode::Forbidden,
+            GrantInvalid(_) => ErrorCode::Unauthorized,
+            NotFound(_) => ErrorCode::NotFound,
+            PullConflict(_) => ErrorCode::SpecConflict,
         }
     }
 

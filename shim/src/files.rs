@@ -25,11 +25,13 @@ mod commit;
 mod guard;
 mod meta;
 mod pack;
+mod sink;
 mod unpack;
 
 pub use beneath::Resolve;
 pub use guard::Limits;
 pub use pack::{ArchiveSource, archive, prepare_archive};
+pub use sink::Validator;
 pub use unpack::{ExtractStats, MAX_DEPTH, Options, extract, extract_with};
 
 /// Errors of files in/out. Each variant maps to one wire error (PROTOCOL.md 4.8).

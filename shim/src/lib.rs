@@ -16,6 +16,7 @@
 //! - [`log`]: the output log, memory then spill file, with boundary checks.
 //! - [`stdin`]: offset-idempotent stdin writes.
 //! - [`files`]: tar extraction (hostile input) and archiving.
+//! - [`grants`], [`pull`]: artifacts between shims: read grants on a source, pulls on a destination.
 //! - [`http`]: connections, auth, routing and handlers; [`auth`], [`metrics`], [`error`] serve it.
 //! - [`user`], [`clock`], [`logging`]: `/etc/passwd` lookups, RFC 3339 times, the log line writer.
 
@@ -25,12 +26,14 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod files;
+pub mod grants;
 pub mod http;
 pub mod log;
 pub mod logging;
 pub mod metrics;
 pub mod oom;
 pub mod proc;
+pub mod pull;
 pub mod pump;
 pub mod reaper;
 pub mod spawn;
@@ -101,7 +104,8 @@ pub async fn run(
             same_owner,
             http::Limits::from(&config),
         )
-        .with_files(config.files),
+        .with_files(config.files)
+        .with_artifacts(config.artifacts),
     );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(http::serve(listener, app.clone(), async {

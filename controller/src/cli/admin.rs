@@ -17,10 +17,15 @@ fn print_json(v: &serde_json::Value) {
 /// Lists the worker's pods, or one pod's processes.
 pub async fn ps(target: &Target, args: PsArgs, out: Output) -> Result<i32> {
     if args.pod.is_some() || matches!(target, Target::Local(_)) {
-        let procs = target.shim(args.pod.as_deref()).await?.list().await?;
+        let shim = target.shim(args.pod.as_deref()).await?;
+        let procs = shim.list().await?;
+        // Shims from before grants and pulls answer 404: shown as none.
+        let grants = shim.grants().await.unwrap_or_default();
+        let pulls = shim.pulls().await.unwrap_or_default();
         if out == Output::Json {
-            print_json(&json!(procs));
+            print_json(&json!({"processes": procs, "grants": grants, "pulls": pulls}));
         } else {
+            print_artifacts(&grants, &pulls);
             println!(
                 "{:<24} {:>8} {:<8} {:>6} {:>12}",
                 "ID", "PID", "STATE", "STATUS", "OUTPUT"
@@ -73,6 +78,45 @@ pub async fn ps(target: &Target, args: PsArgs, out: Output) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// Grants and pulls of one shim, when it has any.
+fn print_artifacts(
+    grants: &[protocol::artifacts::Grant],
+    pulls: &[protocol::artifacts::PullStatus],
+) {
+    for g in grants {
+        println!(
+            "grant {:<8} {:<40} expires in {:>6} s, used {}{}",
+            g.id,
+            g.path,
+            g.expires_in_seconds,
+            g.used,
+            g.uses_left
+                .map(|n| format!(", {n} left"))
+                .unwrap_or_default()
+        );
+    }
+    for p in pulls {
+        println!(
+            "pull  {:<24} {:<8} {}{} -> {} {}/{} bytes {} B/s{}",
+            p.id,
+            format!("{:?}", p.state).to_lowercase(),
+            p.source,
+            p.path,
+            p.target,
+            p.bytes,
+            p.total.unwrap_or(0),
+            p.bytes_per_second,
+            p.error
+                .as_deref()
+                .map(|e| format!(" error: {e}"))
+                .unwrap_or_default()
+        );
+    }
+    if !grants.is_empty() || !pulls.is_empty() {
+        println!();
+    }
 }
 
 fn cluster(target: &Target) -> Result<&controller::runtime::Runtime> {

@@ -104,6 +104,20 @@ pub enum Command {
     Check,
     /// Print the RBAC objects (and optionally the shim ConfigMap) to apply once per namespace.
     Manifests(ManifestArgs),
+    /// Copy files between here and a pod, or between two pods (POD:/PATH), through the shims.
+    Cp(CpArgs),
+}
+
+/// `cp`
+#[derive(Debug, Args)]
+pub struct CpArgs {
+    /// Source: POD:/PATH or a local path (a trailing / copies a directory's contents).
+    pub src: String,
+    /// Destination directory: POD:/DIR or a local directory.
+    pub dst: String,
+    /// Pod to pod: stream through stepctl instead of a direct pull between the pods.
+    #[arg(long)]
+    pub through_controller: bool,
 }
 
 /// `run`
@@ -163,6 +177,17 @@ pub struct RunArgs {
     /// Seconds to wait for the pod to be ready.
     #[arg(long, default_value_t = 300)]
     pub ready_timeout: u64,
+    /// An input NAME=POD:/PATH: PATH's contents pulled from POD into DIR/NAME (DIR: --dir, default
+    /// /tmp/build) before the command starts; all inputs in parallel. Repeatable.
+    #[arg(long = "input", value_name = "NAME=POD:/PATH")]
+    pub inputs: Vec<String>,
+    /// An output directory of the step: created before the command, and the pod is kept so later
+    /// steps can take it with --input NAME=POD:/PATH. Repeatable. (`--output` is the global format.)
+    #[arg(long = "output-dir", value_name = "PATH")]
+    pub outputs: Vec<String>,
+    /// Inputs stream through stepctl instead of being pulled by the step's pod.
+    #[arg(long)]
+    pub through_controller: bool,
     /// Pass stdin to the process (always on with --tty).
     #[arg(long, short = 'i')]
     pub stdin: bool,

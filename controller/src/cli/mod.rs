@@ -2,6 +2,8 @@
 
 pub mod admin;
 pub mod args;
+pub mod cp;
+pub mod inputs;
 pub mod local;
 pub mod run;
 pub mod term;

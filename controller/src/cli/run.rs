@@ -9,7 +9,7 @@ use controller::podspec::{Delivery, StepSpec};
 use protocol::SpawnRequest;
 
 use super::args::{AttachArgs, DeliveryArg, HijackArgs, RunArgs};
-use super::{Target, random_suffix, term};
+use super::{Target, inputs, random_suffix, term};
 
 /// How long a process gets between TERM and KILL after Ctrl-C.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
@@ -29,8 +29,28 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<i32> {
         stdin: args.stdin || args.tty,
         tty,
     };
+    let how = if args.through_controller {
+        controller::transfer::How::Controller
+    } else {
+        controller::transfer::How::Direct
+    };
+    let workdir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| inputs::DEFAULT_DIR.to_owned());
+    let prepare = |shim: ShimClient| {
+        let (workdir, ins, outs) = (workdir.clone(), args.inputs.clone(), args.outputs.clone());
+        async move { inputs::prepare(target, &shim, &workdir, &ins, &outs, how).await }
+    };
+    let mut spec = spec;
+    if !args.inputs.is_empty() && spec.dir.is_none() {
+        spec.dir = Some(workdir.clone());
+    }
     match target {
-        Target::Local(local) => run_process(&local.client, &args.id, &spec).await,
+        Target::Local(local) => {
+            prepare(local.client.clone()).await?;
+            run_process(&local.client, &args.id, &spec).await
+        }
         Target::Cluster(rt) => {
             let name = args
                 .name
@@ -61,10 +81,14 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<i32> {
                     })
                     .await?;
                 let shim = rt.shim_via(&name, &ip).await?;
+                prepare(shim.clone()).await?;
                 run_process(&shim, &args.id, &spec).await
             }
             .await;
-            if args.keep {
+            for out in &args.outputs {
+                eprintln!("stepctl: output {name}:{out}");
+            }
+            if args.keep || !args.outputs.is_empty() {
                 eprintln!("stepctl: keeping pod {name}");
             } else if let Err(e) = rt.delete(&name).await {
                 eprintln!("stepctl: could not delete pod {name}: {e}");

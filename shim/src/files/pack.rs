@@ -1,4 +1,4 @@
-//! Writing a tar stream of a path (`GET /v1/files`).
+//! Writing a tar stream of a path (`GET /v1/files`), deterministic and resumable.
 //!
 //! The tree is walked depth first in name order, with an explicit stack (no recursion, no open
 //! directory handle kept while descending). Symlinks are stored as symlinks and never followed;
@@ -6,20 +6,28 @@
 //! Names longer than the 100 bytes of a header go in GNU long-name entries, which GNU tar, bsdtar
 //! and the `tar` crate all read.
 //!
-//! A failure after the first byte was written (a file that vanishes or shrinks midway) ends the
-//! stream there, without the end-of-archive marker, so the client sees a truncated archive rather
-//! than a silently short one: the writer is closed before the `tar` builder's drop would append
-//! the marker.
+//! For an unchanged tree the stream is the same bytes every time, so a client may resume it at a
+//! byte offset (PROTOCOL.md 4.8.1). [`ArchiveSource::validator`] walks the tree without reading
+//! contents and gives its [`Validator`]: the stream's length and an ETag, a SHA-256 over every byte
+//! of the stream but file contents (headers: names, sizes, modes, owners, mtimes, link targets)
+//! and each entry's inode, change time and mtime nanoseconds. Writing from an offset skips what
+//! lies before it without reading it (a file is read from its seek position).
+//!
+//! A failure after the first byte was written (a file that vanishes or shrinks midway, or a tree
+//! that no longer matches the validator it was resumed with) ends the stream there, without the
+//! end-of-archive marker, so the client sees a truncated archive rather than a silently short one.
 
 use std::collections::HashMap;
-use std::fs::{self, Metadata, OpenOptions};
-use std::io::{self, ErrorKind, Read, Write};
+use std::fs::{self, File, Metadata, OpenOptions};
+use std::io::{self, ErrorKind, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use tar::{Builder, EntryType, Header};
+use sha2::Digest;
+use tar::{EntryType, Header};
 
+use super::sink::{Sink, Validator, padding};
 use super::{FilesError, check_request_path};
 
 /// Writes a tar stream of `path` to `writer` and returns the writer, flushed.
@@ -37,9 +45,9 @@ pub fn archive<W: Write>(path: &str, writer: W) -> Result<W, FilesError> {
 /// its proper error before it starts a response.
 #[derive(Debug)]
 pub struct ArchiveSource {
-    top: std::path::PathBuf,
+    top: PathBuf,
     name: Vec<u8>,
-    meta: fs::Metadata,
+    meta: Metadata,
 }
 
 /// Checks `path` (as [`archive`] takes it) and looks it up, without writing anything.
@@ -72,41 +80,80 @@ pub fn prepare_archive(path: &str) -> Result<ArchiveSource, FilesError> {
 }
 
 impl ArchiveSource {
-    /// Writes the tar stream to `writer` and returns the writer, flushed.
+    /// Walks the tree without reading any file and returns its stream's [`Validator`].
+    pub fn validator(&self) -> Result<Validator, FilesError> {
+        let mut sink = io::sink();
+        let mut packer = Packer::new(&mut sink, 0, true);
+        packer.walk(self.top.clone(), self.name.clone(), self.meta.clone())?;
+        packer.sink.end()?;
+        Ok(packer.sink.validator())
+    }
+
+    /// Writes the whole tar stream to `writer` and returns the writer, flushed.
     pub fn write<W: Write>(self, writer: W) -> Result<W, FilesError> {
+        self.write_from(writer, 0, None)
+    }
+
+    /// Writes the stream from byte `offset` on. With `expect`, the stream is cut before its
+    /// end-of-archive marker unless the tree still has that validator: a resumed stream is never
+    /// spliced from two different trees.
+    pub fn write_from<W: Write>(
+        self,
+        mut writer: W,
+        offset: u64,
+        expect: Option<&Validator>,
+    ) -> Result<W, FilesError> {
+        self.write_dyn(&mut writer, offset, expect)?;
+        Ok(writer)
+    }
+
+    /// [`ArchiveSource::write_from`] through one non-generic copy of the walk.
+    fn write_dyn(
+        self,
+        writer: &mut dyn Write,
+        offset: u64,
+        expect: Option<&Validator>,
+    ) -> Result<(), FilesError> {
         let top = self.top;
-        let mut packer = Packer {
-            builder: Builder::new(Gate {
-                inner: writer,
-                open: true,
-            }),
-            links: HashMap::new(),
-        };
-        if let Err(err) = packer.walk(top.clone(), self.name, self.meta) {
-            packer.builder.get_mut().open = false;
+        let mut packer = Packer::new(writer, offset, false);
+        let mut result = packer.walk(top.clone(), self.name, self.meta);
+        if result.is_ok()
+            && let Some(want) = expect
+            && packer.sink.validator_at_end() != *want
+        {
+            result = Err(FilesError::Io {
+                context: format!("archiving {}", top.display()),
+                source: io::Error::other("the tree changed since the stream began"),
+            });
+        }
+        if let Err(err) = result.and_then(|()| packer.sink.end()) {
+            packer.sink.open = false;
             return Err(err);
         }
-        let finished = packer
-            .builder
-            .into_inner()
-            .map_err(|err| FilesError::io("finishing the archive of", &top, err))?;
-        let mut writer = finished.inner;
-        writer
+        packer
+            .sink
+            .inner
             .flush()
-            .map_err(|err| FilesError::io("finishing the archive of", &top, err))?;
-        Ok(writer)
+            .map_err(|err| FilesError::io("finishing the archive of", &top, err))
     }
 }
 
 /// The state of one archive.
-struct Packer<W: Write> {
-    builder: Builder<Gate<W>>,
+struct Packer<'w> {
+    sink: Sink<'w>,
     /// Regular files with several links already stored, by (device, inode): their name in the
     /// archive, for the later names to link to.
     links: HashMap<(u64, u64), Vec<u8>>,
 }
 
-impl<W: Write> Packer<W> {
+impl<'w> Packer<'w> {
+    fn new(inner: &'w mut dyn Write, skip: u64, dry: bool) -> Self {
+        Packer {
+            sink: Sink::new(inner, skip, dry),
+            links: HashMap::new(),
+        }
+    }
+
     /// Stores `top` (whose metadata is `meta`) under `name`, and everything below it.
     fn walk(&mut self, top: PathBuf, name: Vec<u8>, meta: Metadata) -> Result<(), FilesError> {
         let mut stack = vec![(top, name, Some(meta))];
@@ -120,13 +167,8 @@ impl<W: Write> Packer<W> {
             if kind.is_dir() {
                 let mut dir_name = name.clone();
                 dir_name.push(b'/');
-                self.append(
-                    &path,
-                    header(EntryType::Directory, &meta, 0),
-                    &dir_name,
-                    None,
-                    io::empty(),
-                )?;
+                let h = header(EntryType::Directory, &meta, 0);
+                self.append(&path, h, &meta, &dir_name, None, None)?;
                 let mut children = Vec::new();
                 let entries =
                     fs::read_dir(&path).map_err(|err| FilesError::io("listing", &path, err))?;
@@ -143,9 +185,9 @@ impl<W: Write> Packer<W> {
             } else if kind.is_symlink() {
                 let target =
                     fs::read_link(&path).map_err(|err| FilesError::io("reading", &path, err))?;
-                let header = header(EntryType::Symlink, &meta, 0);
+                let h = header(EntryType::Symlink, &meta, 0);
                 let target = target.as_os_str().as_bytes();
-                self.append(&path, header, &name, Some(target), io::empty())?;
+                self.append(&path, h, &meta, &name, Some(target), None)?;
             } else if kind.is_file() {
                 self.file(&path, name, &meta)?;
             }
@@ -158,10 +200,14 @@ impl<W: Write> Packer<W> {
         let key = (meta.dev(), meta.ino());
         if meta.nlink() > 1 {
             if let Some(first) = self.links.get(&key).cloned() {
-                let header = header(EntryType::Link, meta, 0);
-                return self.append(path, header, &name, Some(&first), io::empty());
+                let h = header(EntryType::Link, meta, 0);
+                return self.append(path, h, meta, &name, Some(&first), None);
             }
             self.links.insert(key, name.clone());
+        }
+        if self.sink.dry {
+            let h = header(EntryType::Regular, meta, meta.len());
+            return self.append(path, h, meta, &name, None, Some((None, meta.len())));
         }
         // O_NOFOLLOW: a file swapped for a symlink since it was listed is not followed; O_NONBLOCK:
         // nor does one swapped for a FIFO hang the open.
@@ -180,32 +226,23 @@ impl<W: Write> Packer<W> {
             });
         }
         let size = now.len();
-        let data = Exact {
-            inner: file,
-            left: size,
-        };
-        self.append(
-            path,
-            header(EntryType::Regular, &now, size),
-            &name,
-            None,
-            data,
-        )
+        let h = header(EntryType::Regular, &now, size);
+        self.append(path, h, &now, &name, None, Some((Some(file), size)))
     }
 
     /// Appends one entry named `name` (of the file at `path`), preceded by GNU long-name entries
-    /// for a name or link target that does not fit its header.
+    /// for a name or link target that does not fit its header, followed by its contents.
     fn append(
         &mut self,
         path: &Path,
         mut header: Header,
+        meta: &Metadata,
         name: &[u8],
         link: Option<&[u8]>,
-        data: impl Read,
+        data: Option<(Option<File>, u64)>,
     ) -> Result<(), FilesError> {
         let fail = |err| FilesError::io("archiving", path, err);
-        let old = header.as_old_mut();
-        if name.len() > old.name.len() {
+        if name.len() > header.as_old().name.len() {
             self.long_name(EntryType::GNULongName, name).map_err(fail)?;
         }
         fill(&mut header.as_old_mut().name, name);
@@ -216,7 +253,18 @@ impl<W: Write> Packer<W> {
             fill(&mut header.as_old_mut().linkname, link);
         }
         header.set_cksum();
-        self.builder.append(&header, data).map_err(fail)
+        // What the header does not show but a change of contents usually changes.
+        let mut extra = [0u8; 28];
+        extra[..8].copy_from_slice(&meta.ino().to_le_bytes());
+        extra[8..16].copy_from_slice(&meta.ctime().to_le_bytes());
+        extra[16..20].copy_from_slice(&(meta.ctime_nsec() as u32).to_le_bytes());
+        extra[20..28].copy_from_slice(&meta.mtime_nsec().to_le_bytes());
+        self.sink.hash.update(extra);
+        self.sink.emit(header.as_bytes(), true).map_err(fail)?;
+        if let Some((file, size)) = data {
+            self.sink.emit_file(file, size).map_err(fail)?;
+        }
+        Ok(())
     }
 
     /// Appends a GNU long-name (`L`) or long-link (`K`) entry carrying `value`.
@@ -228,9 +276,12 @@ impl<W: Write> Packer<W> {
         header.set_gid(0);
         header.set_mtime(0);
         header.set_entry_type(kind);
-        header.set_size(value.len() as u64 + 1);
+        let size = value.len() as u64 + 1;
+        header.set_size(size);
         header.set_cksum();
-        self.builder.append(&header, value.chain(&[0u8][..]))
+        self.sink.emit(header.as_bytes(), true)?;
+        self.sink.emit(value, true)?;
+        self.sink.emit(&vec![0u8; 1 + padding(size) as usize], true)
     }
 }
 
@@ -251,54 +302,4 @@ fn fill(field: &mut [u8], value: &[u8]) {
     let n = value.len().min(field.len());
     field[..n].copy_from_slice(&value[..n]);
     field[n..].fill(0);
-}
-
-/// Reads exactly `left` bytes of a file: no more if it grew since its size was taken, and an
-/// error if it shrank, since the header already promised that size.
-struct Exact<R> {
-    inner: R,
-    left: u64,
-}
-
-impl<R: Read> Read for Exact<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let want = buf
-            .len()
-            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
-        if want == 0 {
-            return Ok(0);
-        }
-        let n = self.inner.read(&mut buf[..want])?;
-        if n == 0 {
-            return Err(io::Error::new(
-                ErrorKind::UnexpectedEof,
-                "the file shrank while being archived",
-            ));
-        }
-        self.left -= n as u64;
-        Ok(n)
-    }
-}
-
-/// The response writer, closed on failure so that nothing, the end-of-archive marker included,
-/// follows a partial entry.
-struct Gate<W> {
-    inner: W,
-    open: bool,
-}
-
-impl<W: Write> Write for Gate<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if !self.open {
-            return Err(io::Error::other("the archive was abandoned"));
-        }
-        self.inner.write(buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        if !self.open {
-            return Err(io::Error::other("the archive was abandoned"));
-        }
-        self.inner.flush()
-    }
 }

@@ -19,6 +19,7 @@ use tar::EntryType;
 use super::{FilesError, archive, extract};
 
 mod attacks;
+mod resume;
 mod shrinking;
 mod staging;
 

@@ -41,6 +41,11 @@ impl Transfers {
         }
     }
 
+    /// The caps.
+    pub fn settings(&self) -> FilesSettings {
+        self.settings
+    }
+
     /// A slot for one transfer, or 503 when all are taken.
     fn slot(&self) -> Result<OwnedSemaphorePermit, Error> {
         self.slots.clone().try_acquire_owned().map_err(|_| {
@@ -96,7 +101,45 @@ pub async fn handle(
         )
         .await
     } else {
-        get(path, s.idle_timeout, slot).await
+        let resume = Resume::of(&req, q)?;
+        get(path, resume, s.idle_timeout, slot).await
+    }
+}
+
+/// Where a `GET` resumes (PROTOCOL.md 4.8.1): a byte offset of the stream and the ETag the tree
+/// must still have (`If-Match`, or `etag=` for clients that cannot set headers).
+#[derive(Debug)]
+struct Resume {
+    offset: u64,
+    etag: Option<String>,
+}
+
+impl Resume {
+    fn of(req: &Request<Incoming>, q: &Query) -> Result<Resume, Error> {
+        let offset = q.u64(protocol::query::OFFSET, 0)?;
+        let etag = match req.headers().get(header::IF_MATCH) {
+            Some(v) => Some(
+                v.to_str()
+                    .map_err(|_| Error::BadRequest("If-Match is not ASCII".into()))?
+                    .to_owned(),
+            ),
+            None => q.get(protocol::query::ETAG).map(str::to_owned),
+        };
+        // Quotes are optional in the query parameter.
+        let etag = etag.map(|e| {
+            let e = e.trim();
+            if e.starts_with('"') {
+                e.to_owned()
+            } else {
+                format!("\"{e}\"")
+            }
+        });
+        if offset > 0 && etag.is_none() {
+            return Err(Error::BadRequest(
+                "offset needs the stream's ETag (If-Match or etag=)".into(),
+            ));
+        }
+        Ok(Resume { offset, etag })
     }
 }
 
@@ -110,11 +153,12 @@ async fn put(
     let (tx, rx) = mpsc::channel::<Bytes>(4);
     let extract = tokio::task::spawn_blocking(move || {
         let _slot = slot;
-        let reader = ChannelReader {
+        let mut reader = ChannelReader {
             rx,
             current: Bytes::new(),
         };
-        files::extract_with(reader, &dir, &opts)
+        // `dyn`: one copy of the extraction for uploads and pulls (binary size).
+        files::extract_with(&mut reader as &mut dyn Read, &dir, &opts)
     });
     let mut body_err = None;
     loop {
@@ -158,13 +202,34 @@ async fn put(
 
 async fn get(
     path: String,
+    resume: Resume,
     idle: Duration,
     slot: OwnedSemaphorePermit,
 ) -> Result<Response<Body>, Error> {
     let p = path.clone();
-    let source = tokio::task::spawn_blocking(move || files::prepare_archive(&p))
-        .await
-        .map_err(|e| Error::internal("archiving", io::Error::other(e)))??;
+    let (source, validator) = tokio::task::spawn_blocking(move || {
+        let source = files::prepare_archive(&p)?;
+        let validator = source.validator()?;
+        Ok::<_, FilesError>((source, validator))
+    })
+    .await
+    .map_err(|e| Error::internal("archiving", io::Error::other(e)))??;
+    if let Some(want) = &resume.etag
+        && *want != validator.etag
+    {
+        return Err(Error::TreeChanged(format!(
+            "{path} has changed: its ETag is now {}, not {want}; start over from offset 0",
+            validator.etag
+        )));
+    }
+    if resume.offset > validator.len {
+        return Err(Error::StreamOffset {
+            offset: resume.offset,
+            len: validator.len,
+        });
+    }
+    let offset = resume.offset;
+    let expect = resume.etag.is_some().then(|| validator.clone());
     let (tx, rx) = mpsc::channel(2);
     let handle = Handle::current();
     tokio::task::spawn_blocking(move || {
@@ -175,12 +240,14 @@ async fn get(
             idle,
         };
         let writer = io::BufWriter::with_capacity(64 * 1024, out);
-        let result = source.write(writer).and_then(|mut w| {
-            w.flush().map_err(|e| FilesError::Io {
-                context: "streaming the archive".into(),
-                source: e,
-            })
-        });
+        let result = source
+            .write_from(writer, offset, expect.as_ref())
+            .and_then(|mut w| {
+                w.flush().map_err(|e| FilesError::Io {
+                    context: "streaming the archive".into(),
+                    source: e,
+                })
+            });
         if let Err(e) = result {
             tracing::warn!(path, cause = %e, "files out ended early");
             // Cuts the chunked body off without its last chunk (unless the client is gone).
@@ -189,10 +256,22 @@ async fn get(
         }
     });
     let mut r = Response::new(ChannelBody(rx).boxed());
-    r.headers_mut().insert(
+    let h = r.headers_mut();
+    h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/x-tar"),
     );
+    h.insert(
+        header::CONTENT_LENGTH,
+        HeaderValue::from(validator.len - offset),
+    );
+    h.insert(
+        protocol::artifacts::STREAM_LENGTH_HEADER,
+        HeaderValue::from(validator.len),
+    );
+    if let Ok(v) = HeaderValue::from_str(&validator.etag) {
+        h.insert(header::ETAG, v);
+    }
     Ok(r)
 }
 

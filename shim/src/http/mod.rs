@@ -2,6 +2,7 @@
 //! header size budget, a header timeout and an authentication deadline), authenticates, routes each
 //! request to its handler, maps errors to the protocol's JSON bodies and counts requests.
 
+mod artifacts;
 mod body;
 mod conns;
 mod files;
@@ -71,6 +72,10 @@ pub struct App {
     conns: Arc<conns::Conns>,
     /// Caps and slots of file transfers.
     pub files: files::Transfers,
+    /// Read grants on this shim's files.
+    pub grants: crate::grants::Grants,
+    /// Pulls into this shim.
+    pub pulls: crate::pull::Pulls,
 }
 
 impl App {
@@ -91,7 +96,23 @@ impl App {
             limits,
             conns: conns::Conns::new(limits.max_connections),
             files: files::Transfers::default(),
+            grants: crate::grants::Grants::new(
+                crate::config::ArtifactsSettings::default().max_grants,
+            ),
+            pulls: crate::pull::Pulls::new(pull_settings(
+                crate::config::FilesSettings::default(),
+                crate::config::ArtifactsSettings::default(),
+                same_owner,
+            )),
         }
+    }
+
+    /// The same with grant and pull caps from the configuration (after [`App::with_files`]).
+    pub fn with_artifacts(mut self, a: crate::config::ArtifactsSettings) -> Self {
+        self.grants = crate::grants::Grants::new(a.max_grants);
+        self.pulls =
+            crate::pull::Pulls::new(pull_settings(self.files.settings(), a, self.same_owner));
+        self
     }
 
     /// The same with file transfer caps from the configuration.
@@ -108,6 +129,23 @@ impl App {
     /// Connections open now.
     pub fn open_connections(&self) -> usize {
         self.conns.len()
+    }
+}
+
+fn pull_settings(
+    f: crate::config::FilesSettings,
+    a: crate::config::ArtifactsSettings,
+    same_owner: bool,
+) -> crate::pull::Settings {
+    crate::pull::Settings {
+        max: a.max_pulls,
+        retries: a.pull_retries,
+        idle: f.idle_timeout,
+        limits: crate::files::Limits {
+            max_bytes: f.max_bytes,
+            max_header_bytes: f.max_header_bytes,
+        },
+        same_owner,
     }
 }
 
@@ -234,6 +272,7 @@ async fn dispatch(
             Err(Error::MethodNotAllowed("GET"))
         };
     }
+    let mut granted = None;
     if let Some(want) = &app.token_sha256 {
         let headers = req.headers();
         let bearer = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
@@ -241,16 +280,24 @@ async fn dispatch(
             .get(protocol::token::PROXY_HEADER)
             .map(|v| v.as_bytes());
         if !crate::auth::check(bearer, proxy, want) {
-            return Err(Error::Unauthorized);
+            granted = Some(artifacts::grant_of(app, bearer, proxy)?);
         }
     }
     authed.store(true, Ordering::Release);
+    if granted.is_some() && route.is_err() {
+        return Err(Error::Forbidden(
+            "a grant token may only GET /v1/files".into(),
+        ));
+    }
     let route = match route {
         Ok(r) => r,
         Err(RouteError::InvalidId) => return Err(Error::InvalidId),
         Err(RouteError::NotFound) => return Err(Error::NoRoute(req.uri().path().to_owned())),
     };
     let q = body::Query::parse(req.uri().query())?;
+    if let Some(g) = granted {
+        artifacts::check_granted(app, &g, &route, req.method(), &q)?;
+    }
     let method = req.method().clone();
     let only = |m: Method, allow: &'static str| {
         if method == m {
@@ -301,6 +348,22 @@ async fn dispatch(
             process::resize(app, id, req).await
         }
         Route::Files => files::handle(req, &q, app.same_owner, &app.files).await,
+        Route::Grants => artifacts::grants(app, req).await,
+        Route::Grant(id) => {
+            only(Method::DELETE, "DELETE")?;
+            app.grants.revoke(id)?;
+            Ok(body::empty(StatusCode::NO_CONTENT))
+        }
+        Route::Pulls => {
+            only(Method::GET, "GET")?;
+            Ok(body::json(
+                StatusCode::OK,
+                &protocol::artifacts::PullList {
+                    pulls: app.pulls.list(),
+                },
+            ))
+        }
+        Route::Pull(id) => artifacts::pull(app, id, req, &q).await,
     }
 }
 

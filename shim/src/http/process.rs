@@ -16,7 +16,7 @@ use crate::error::Error;
 const MAX_WAIT: Duration = Duration::from_secs(300);
 
 /// The `wait` parameter: seconds to wait for the exit, at most [`MAX_WAIT`].
-fn wait_of(q: &Query) -> Result<Option<Duration>, Error> {
+pub(super) fn wait_of(q: &Query) -> Result<Option<Duration>, Error> {
     let Some(wait) = q.get(protocol::query::WAIT) else {
         return Ok(None);
     };

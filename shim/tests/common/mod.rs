@@ -3,4 +3,6 @@
 //! cargo built for these tests beside the test executable.
 #![allow(unused_imports)]
 
+pub mod artifacts;
+
 pub use test_support::*;

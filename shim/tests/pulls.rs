@@ -1,0 +1,205 @@
+//! Pulls from one real shim into another on loopback: through a proxy that cuts every connection
+//! well before the stream's end (so only a resumed pull can finish), and failing clearly with
+//! nothing extracted: a source given by host name, a wrong token, a grant used outside its path, a
+//! wrong digest, an expired grant, a cancel, the source killed midway.
+#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+
+mod common;
+
+use std::time::Duration;
+
+use common::artifacts::{grant, listing, pull_spec, scratch, tree};
+use common::{Shim, cutting_proxy};
+use protocol::artifacts::{PullSpec, PullState};
+use sha2::{Digest, Sha256};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_through_cut_connections_resumes_and_lands_whole() {
+    let src_shim = Shim::start();
+    let dst_shim = Shim::start_with(&[("STEPSHIM_PULL_RETRIES", "3")], None);
+    let src = scratch("pull-src");
+    tree(&src);
+    let path = format!("{}/", src.display());
+    let expected = Sha256::digest(src_shim.client.files_out_resumed(&path, 3).await.unwrap());
+    src_shim
+        .client
+        .grant(&grant(&src, "pull-tok", 60, None))
+        .await
+        .unwrap();
+    // Every connection is cut after 300-600 KB of a ~3.5 MB stream: starting over could never end.
+    let (proxy, cuts) = cutting_proxy(src_shim.addr.clone(), 300_000, 600_000)
+        .await
+        .unwrap();
+    let dst = scratch("pull-dst").join("in");
+    let mut spec = pull_spec(&format!("http://{proxy}"), &src, "pull-tok", &dst);
+    spec.sha256 = Some(format!("{expected:x}"));
+    let first = dst_shim.client.pull("p1", &spec, None).await.unwrap();
+    assert_eq!(first.state, PullState::Running);
+    // Idempotent by id; another spec under the same id is a conflict.
+    dst_shim.client.pull("p1", &spec, None).await.unwrap();
+    let mut other = spec.clone();
+    other.target.push_str("-elsewhere");
+    let err = dst_shim.client.pull("p1", &other, None).await.unwrap_err();
+    assert_eq!(err.code(), Some(protocol::ErrorCode::SpecConflict));
+    let done = dst_shim.client.pull_status("p1", Some(60)).await.unwrap();
+    assert_eq!(done.state, PullState::Done, "{done:?}");
+    assert_eq!(Some(done.bytes), done.total);
+    assert!(done.resumes >= 4, "{done:?}");
+    assert!(cuts.load(std::sync::atomic::Ordering::Relaxed) >= 4);
+    assert_eq!(
+        done.sha256.as_deref(),
+        Some(format!("{expected:x}").as_str())
+    );
+    assert_eq!(listing(&dst), listing(&src));
+    assert_eq!(dst_shim.client.pulls().await.unwrap().len(), 1);
+    dst_shim.client.delete_pull("p1").await.unwrap();
+    let _ = std::fs::remove_dir_all(&src);
+    let _ = std::fs::remove_dir_all(dst.parent().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pulls_fail_clearly_and_extract_nothing() {
+    let mut src_shim = Shim::start();
+    let dst_shim = Shim::start_with(&[("STEPSHIM_PULL_RETRIES", "2")], None);
+    let src = scratch("fail-src");
+    tree(&src);
+    src_shim
+        .client
+        .grant(&grant(&src, "live", 60, None))
+        .await
+        .unwrap();
+    src_shim
+        .client
+        .grant(&grant(&src, "short", 1, None))
+        .await
+        .unwrap();
+    src_shim
+        .client
+        .grant(&grant(&src.join("src"), "narrow", 60, None))
+        .await
+        .unwrap();
+    let base = src_shim.url();
+    let dst = scratch("fail-dst");
+    let run = |id: &'static str, spec: PullSpec| {
+        let c = dst_shim.client.clone();
+        async move { c.pull(id, &spec, Some(60)).await.unwrap() }
+    };
+    // A source named by host name (the shim resolves none), or not http: refused at once.
+    for source in [
+        "http://localhost:7777",
+        "https://127.0.0.1:1",
+        "http://127.0.0.1:1/x",
+    ] {
+        let spec = pull_spec(source, &src, "live", &dst.join("z"));
+        let err = dst_shim
+            .client
+            .pull("bad-source", &spec, None)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.code(),
+            Some(protocol::ErrorCode::BadRequest),
+            "{source}"
+        );
+    }
+    // Nothing listening: it never reached its source (a caller may go another way).
+    let none = run(
+        "nowhere",
+        pull_spec("http://127.0.0.1:1", &src, "live", &dst.join("y")),
+    )
+    .await;
+    assert_eq!(none.state, PullState::Failed);
+    assert!(!none.reached, "{none:?}");
+    // A wrong token, a grant used outside its path, a wrong digest.
+    let bad = run("bad-token", pull_spec(&base, &src, "nope", &dst.join("a"))).await;
+    assert!(bad.reached);
+    assert!(bad.error.as_deref().unwrap().contains("401"), "{bad:?}");
+    let outside = run("outside", pull_spec(&base, &src, "narrow", &dst.join("b"))).await;
+    assert!(
+        outside.error.as_deref().unwrap().contains("403"),
+        "{outside:?}"
+    );
+    let mut wrong = pull_spec(&base, &src, "live", &dst.join("c"));
+    wrong.sha256 = Some("00".repeat(32));
+    let wrong = run("digest", wrong).await;
+    assert_eq!(wrong.state, PullState::Failed);
+    assert!(
+        wrong.error.as_deref().unwrap().contains("SHA-256"),
+        "{wrong:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let expired = run("expired", pull_spec(&base, &src, "short", &dst.join("d"))).await;
+    assert!(
+        expired.error.as_deref().unwrap().contains("401"),
+        "{expired:?}"
+    );
+    // A proxy cutting every 20-40 KB keeps a pull in flight long enough to act on it.
+    let (proxy, _cuts) = cutting_proxy(src_shim.addr.clone(), 20_000, 40_000)
+        .await
+        .unwrap();
+    // A pull cancelled midway (DELETE) ends at once and leaves nothing either.
+    let spec = pull_spec(&format!("http://{proxy}"), &src, "live", &dst.join("f"));
+    dst_shim.client.pull("cancel", &spec, None).await.unwrap();
+    for _ in 0..2000 {
+        if dst_shim
+            .client
+            .pull_status("cancel", None)
+            .await
+            .unwrap()
+            .bytes
+            > 0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = std::time::Instant::now();
+    dst_shim.client.delete_pull("cancel").await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let err = dst_shim
+        .client
+        .pull_status("cancel", None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(protocol::ErrorCode::NotFound));
+    // The source killed mid-pull.
+    let spec = pull_spec(&format!("http://{proxy}"), &src, "live", &dst.join("e"));
+    dst_shim.client.pull("killed", &spec, None).await.unwrap();
+    for _ in 0..2000 {
+        if dst_shim
+            .client
+            .pull_status("killed", None)
+            .await
+            .unwrap()
+            .bytes
+            > 0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    src_shim.child().kill().unwrap();
+    let killed = dst_shim
+        .client
+        .pull_status("killed", Some(60))
+        .await
+        .unwrap();
+    assert_eq!(killed.state, PullState::Failed, "{killed:?}");
+    assert!(
+        killed
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("nothing was extracted"),
+        "{killed:?}"
+    );
+    assert!(killed.bytes < killed.total.unwrap());
+    // Nothing landed anywhere, no staging left behind.
+    let left: Vec<_> = std::fs::read_dir(&dst)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let _ = std::fs::remove_dir_all(&src);
+    let _ = std::fs::remove_dir_all(&dst);
+}
