@@ -59,6 +59,17 @@ async fn setup(args: &ClusterArgs) -> Result<(Runtime, Env)> {
         n.metadata.name = Some(ns.clone());
         namespaces.create(&PostParams::default(), &n).await?;
     }
+    // Pods are refused until the controller-manager has made the namespace's default
+    // ServiceAccount, which takes a while after an apiserver restart.
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), &ns);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while accounts.get_opt("default").await?.is_none() {
+        if Instant::now() > deadline {
+            bail!("namespace {ns} has no default ServiceAccount after 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let key =
         Key::from_bytes(rand::random::<[u8; 32]>().to_vec()).map_err(|_| anyhow::anyhow!("key"))?;
     let tc = TargetConfig {
