@@ -40,16 +40,7 @@ fn cpu_secs_self() -> f64 {
 }
 
 async fn setup(args: &ClusterArgs) -> Result<(Runtime, Env)> {
-    let config = match &args.kubeconfig {
-        Some(p) => {
-            kube::Config::from_custom_kubeconfig(
-                kube::config::Kubeconfig::read_from(p)?,
-                &Default::default(),
-            )
-            .await?
-        }
-        None => kube::Config::infer().await?,
-    };
+    let config = crate::access::admin_config(args.kubeconfig.as_deref()).await?;
     let _ = ADMIN_CONFIG.set(config);
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let ns = args.namespace.clone();
@@ -59,17 +50,7 @@ async fn setup(args: &ClusterArgs) -> Result<(Runtime, Env)> {
         n.metadata.name = Some(ns.clone());
         namespaces.create(&PostParams::default(), &n).await?;
     }
-    // Pods are refused until the controller-manager has made the namespace's default
-    // ServiceAccount, which takes a while after an apiserver restart.
-    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        Api::namespaced(client.clone(), &ns);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while accounts.get_opt("default").await?.is_none() {
-        if Instant::now() > deadline {
-            bail!("namespace {ns} has no default ServiceAccount after 120 s");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    crate::access::wait_default_service_account(&client, &ns).await?;
     let key =
         Key::from_bytes(rand::random::<[u8; 32]>().to_vec()).map_err(|_| anyhow::anyhow!("key"))?;
     let tc = TargetConfig {

@@ -74,16 +74,7 @@ pub async fn run(args: &ScaleArgs) -> Result<i32> {
         (None, true) => build_go(&work).await?,
         (None, false) => PathBuf::new(),
     };
-    let admin = match &args.kubeconfig {
-        Some(p) => {
-            kube::Config::from_custom_kubeconfig(
-                kube::config::Kubeconfig::read_from(p)?,
-                &Default::default(),
-            )
-            .await?
-        }
-        None => kube::Config::infer().await?,
-    };
+    let admin = crate::access::admin_config(args.kubeconfig.as_deref()).await?;
     let proxy = proxy::Proxy::start(&admin).await?;
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     setup::check_free(&client, &args.namespace).await?;

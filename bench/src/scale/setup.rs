@@ -86,15 +86,7 @@ pub async fn scene(client: Client, proxy: Proxy, namespace: &str, dir: &Path) ->
         .await?;
     let pp = PostParams::default();
     let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
-    // Pods are refused until the controller-manager has made the namespace's default
-    // ServiceAccount, which takes a while after an apiserver restart.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while sa.get_opt("default").await?.is_none() {
-        if std::time::Instant::now() > deadline {
-            anyhow::bail!("namespace {namespace} has no default ServiceAccount after 120 s");
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    }
+    crate::access::wait_default_service_account(&client, namespace).await?;
     sa.create(&pp, &obj(json!({"metadata": {"name": WORKER}}))?)
         .await?;
     let role = json!({"metadata": {"name": WORKER},
