@@ -36,6 +36,9 @@ pub struct Started {
     pub stdin: Option<Stdin>,
     /// A handle on its pty master, if any.
     pub tty: Option<OwnedFd>,
+    /// The shim's copies of the write ends of the child's stdout and stderr pipes, to be closed
+    /// once the child is reaped (see [`crate::proc::Links::writers`]).
+    pub writers: Option<(OwnedFd, OwnedFd)>,
 }
 
 /// What a failed spawn leaves behind.
@@ -276,8 +279,22 @@ pub async fn start(
         oom_score_adj: Some(oom_score_adj),
     };
     let forked = fork(&exec).map_err(|e| Error::io("forking", e))?;
-    // The child has its copies; closing ours lets the pumps see EOF when the child's side closes.
-    drop(exec);
+    // The child has its copies. The write ends of its output pipes stay open here until it is
+    // reaped; everything else of ours closes now.
+    let writers = match exec.stdio {
+        ChildStdio::Fds {
+            stdin,
+            stdout,
+            stderr,
+        } if forked.failed.is_none() => {
+            drop(stdin);
+            Some((stdout, stderr))
+        }
+        other => {
+            drop(other);
+            None
+        }
+    };
     let pid = forked.pid;
     if let Some((stage, err)) = forked.failed {
         let error = match stage {
@@ -333,5 +350,6 @@ pub async fn start(
         sources,
         stdin,
         tty,
+        writers,
     })
 }
