@@ -330,20 +330,18 @@ pub async fn start(
     }
     // A root shim's child set its own `oom_score_adj` before `execve`, so everything the program
     // forks inherits it. A shim that is not root finds the child's `/proc` entry root's (the shim
-    // is non-dumpable) until `execve` has installed the program's credentials: a task sets it then,
-    // trying again for a few milliseconds, without holding up the answer.
-    if !forked.oom_set {
-        tokio::spawn(async move {
-            let mut tries = 0;
-            while let Err(e) = crate::oom::set_score_adj(pid, oom_score_adj) {
-                tries += 1;
-                if tries > 20 || e.kind() != io::ErrorKind::PermissionDenied {
-                    tracing::debug!(pid, cause = %e, "cannot set oom_score_adj");
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_micros(250)).await;
-            }
-        });
+    // is non-dumpable) until `execve` has installed the program's credentials: it tries again for
+    // a few milliseconds.
+    let mut tries = 0;
+    while !forked.oom_set
+        && let Err(e) = crate::oom::set_score_adj(pid, oom_score_adj)
+    {
+        tries += 1;
+        if tries > 20 || e.kind() != io::ErrorKind::PermissionDenied {
+            tracing::debug!(pid, cause = %e, "cannot set oom_score_adj");
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_micros(250)).await;
     }
     Ok(Started {
         pid,
