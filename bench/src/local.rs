@@ -1,7 +1,8 @@
 //! The local footprint benchmark of the shim: binary size, start to ready, idle RSS, memory per open
 //! output stream and per followed process, spawn latency against a raw fork/exec of the same binary
-//! (alternating, so machine noise hits both alike), one-stream throughput, and many processes
-//! followed at once with every byte checked.
+//! (alternating, so machine noise hits both alike) with a `/healthz` round trip as the HTTP floor,
+//! one-stream throughput (the median of several runs), and many processes followed at once with
+//! every byte checked. `--only` runs some of these parts.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
