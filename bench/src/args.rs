@@ -41,13 +41,19 @@ pub struct LocalArgs {
     #[arg(long, default_value_t = 2000)]
     pub concurrent: usize,
     /// Idle output streams held open at once for the memory-per-stream row. Each is a socket on
-    /// both sides, and the shim caps connections at half its open-file limit: 10,000 needs a hard
-    /// `RLIMIT_NOFILE` of at least 22,000 (this project's machine allows 20,000).
-    #[arg(long, default_value_t = 9000)]
+    /// both sides, and the shim keeps `STEPSHIM_FD_RESERVE` descriptors out of the connection cap:
+    /// 10,000 needs a hard `RLIMIT_NOFILE` of about 11,100 for the shim and 10,100 for this bench.
+    #[arg(long, default_value_t = 10_000)]
     pub idle_streams: usize,
-    /// MiB of stdout streamed in the throughput run.
+    /// MiB of stdout streamed in each throughput run.
     #[arg(long, default_value_t = 2048)]
     pub stream_mib: u64,
+    /// Throughput runs; the row is their median, with the range beside it.
+    #[arg(long, default_value_t = 5)]
+    pub stream_runs: usize,
+    /// Parts to run (default all): ready, spawn, streams, stream, many.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
     /// Directory for local.json and local.md.
     #[arg(long)]
     pub results: Option<PathBuf>,

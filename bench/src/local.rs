@@ -1,7 +1,8 @@
 //! The local footprint benchmark of the shim: binary size, start to ready, idle RSS, memory per open
 //! output stream and per followed process, spawn latency against a raw fork/exec of the same binary
-//! (alternating, so machine noise hits both alike), one-stream throughput, and many processes
-//! followed at once with every byte checked.
+//! (alternating, so machine noise hits both alike) with a `/healthz` round trip as the HTTP floor,
+//! one-stream throughput (the median of several runs), and many processes followed at once with
+//! every byte checked. `--only` runs some of these parts.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -92,10 +93,37 @@ fn start_to_ready(bin: &std::path::Path, n: usize) -> Result<(Samples, u64)> {
     Ok((Samples::new(times), rss[rss.len() / 2]))
 }
 
+/// One measured part: its table rows and its JSON fields.
+#[derive(Default)]
+struct Report {
+    rows: Vec<(String, String, &'static str)>,
+    json: serde_json::Map<String, serde_json::Value>,
+    bad: usize,
+}
+
+impl Report {
+    fn row(&mut self, measure: impl Into<String>, result: String, target: &'static str) {
+        self.rows.push((measure.into(), result, target));
+    }
+    fn set(&mut self, key: &str, v: serde_json::Value) {
+        self.json.insert(key.to_owned(), v);
+    }
+}
+
+/// The median of `v` (sorted in place) and its range.
+fn median(v: &mut [f64]) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    match v {
+        [] => (0.0, 0.0, 0.0),
+        _ => (v[v.len() / 2], v[0], v[v.len() - 1]),
+    }
+}
+
 /// Runs the local benchmark and prints the table.
 pub async fn run(args: &LocalArgs) -> Result<i32> {
     let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)?;
     nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard)?;
+    let part = |name: &str| args.only.is_empty() || args.only.iter().any(|p| p == name);
     let bin = find_binary(args.shim_bin.clone())
         .context("no stepshim binary: pass --shim-bin or STEPSHIM_BIN")?;
     let size = std::fs::metadata(&bin)?.len();
@@ -108,96 +136,210 @@ pub async fn run(args: &LocalArgs) -> Result<i32> {
         .as_deref()
         .is_ok_and(|f| f.contains("statically linked"));
     eprintln!("bench: shim {} ({size} bytes)", bin.display());
+    let mut r = Report::default();
+    let not_static = if is_static { "" } else { " (NOT static)" };
+    r.row(
+        "binary size (stripped, static)",
+        format!("{} KiB{not_static}", size / 1024),
+        "< 900 KiB",
+    );
+    r.set("binary_bytes", json!(size));
+    r.set("static", json!(is_static));
 
-    let (ready, idle_rss) = start_to_ready(&bin, 30)?;
-    eprintln!("bench: start to ready p50 {}", ms(ready.pct(50.0)));
+    if part("ready") {
+        let (ready, idle_rss) = start_to_ready(&bin, 30)?;
+        eprintln!("bench: start to ready p50 {}", ms(ready.pct(50.0)));
+        r.row("start to ready (p50 of 30)", ms(ready.pct(50.0)), "< 2 ms");
+        r.row("idle RSS", format!("{idle_rss} KiB"), "< 1 MiB");
+        r.set("start_to_ready_us", json!({"p50": ready.pct(50.0).as_micros() as u64, "p90": ready.pct(90.0).as_micros() as u64, "max": ready.max().as_micros() as u64}));
+        r.set("idle_rss_kib", json!(idle_rss));
+    }
 
     // Thousands of followers: lift the connection cap above them (the shim raises its own open-file
-    // limit to the hard one; the cap may be at most half of it).
+    // limit to the hard one and keeps STEPSHIM_FD_RESERVE of it out of the cap).
     let shim = Launch::new(&bin)
         .env(protocol::settings::LOG, "error")
         .env(
             protocol::settings::MAX_CONNECTIONS,
-            (args.idle_streams.max(args.concurrent) + 1000).to_string(),
+            (args.idle_streams.max(args.concurrent) + 100).to_string(),
         )
         .stderr(Stdio::null())
         .start()?;
     let pid = shim.pid();
     let c = shim.client.clone();
+    if part("spawn") {
+        spawn_latency(&c, args.iterations, &mut r).await?;
+    }
+    if part("streams") {
+        idle_streams(&c, pid, args.idle_streams, &mut r).await?;
+    }
+    if part("stream") {
+        stream_runs(&c, pid, args, &mut r).await?;
+    }
+    if part("many") {
+        many(&c, pid, args.concurrent, &mut r).await?;
+    }
 
-    // Spawn latency: through the shim (one request: PUT ?wait=) vs a raw fork/exec/wait, alternating.
-    let (mut raw, mut via) = (Vec::new(), Vec::new());
-    for i in 0..args.iterations {
+    println!("| measure | result | target |\n|---|---|---|");
+    for (m, res, t) in &r.rows {
+        println!("| {m} | {res} | {t} |");
+    }
+    if let Some(dir) = &args.results {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(
+            dir.join("local.json"),
+            serde_json::to_string_pretty(&r.json)?,
+        )?;
+    }
+    Ok(if r.bad == 0 { 0 } else { 1 })
+}
+
+/// Spawn latency: through the shim (one request: PUT ?wait=) against a raw fork/exec/wait of the
+/// same binary, alternating so machine noise hits both alike, with a bare `GET /healthz` round
+/// trip of the same client beside them: the HTTP floor under the added latency.
+async fn spawn_latency(c: &client::ShimClient, n: usize, r: &mut Report) -> Result<()> {
+    let (mut raw, mut via, mut health) = (Vec::new(), Vec::new(), Vec::new());
+    let spec = SpawnRequest {
+        path: "/bin/true".into(),
+        ..Default::default()
+    };
+    for i in 0..n {
         let t = Instant::now();
         Command::new("/bin/true").status()?;
         raw.push(t.elapsed());
         let id = format!("lat{i}");
         let t = Instant::now();
-        let (p, _) = c
-            .spawn_wait(
-                &id,
-                &SpawnRequest {
-                    path: "/bin/true".into(),
-                    ..Default::default()
-                },
-                10,
-            )
-            .await?;
+        let (p, _) = c.spawn_wait(&id, &spec, 10).await?;
         via.push(t.elapsed());
         if p.exit != Some(Exit::code(0)) {
             bail!("latency run {id} ended {:?}", p.exit);
         }
         c.delete(&id, false).await?;
+        let t = Instant::now();
+        c.healthz().await?;
+        health.push(t.elapsed());
     }
-    let (raw, via) = (Samples::new(raw), Samples::new(via));
+    let (raw, via, health) = (Samples::new(raw), Samples::new(via), Samples::new(health));
     let added = via.pct(50.0).saturating_sub(raw.pct(50.0));
     eprintln!(
-        "bench: spawn-to-exit p50 raw {} shim {}",
+        "bench: spawn-to-exit p50 raw {} shim {} (healthz {})",
         us(raw.pct(50.0)),
-        us(via.pct(50.0))
+        us(via.pct(50.0)),
+        us(health.pct(50.0))
     );
+    let p50_99 = |s: &Samples| format!("{} / {}", us(s.pct(50.0)), us(s.pct(99.0)));
+    r.row(
+        "spawn to exit, raw fork/exec of /bin/true (p50 / p99)",
+        p50_99(&raw),
+        "",
+    );
+    r.row(
+        "spawn to exit through the shim, one request (p50 / p99)",
+        p50_99(&via),
+        "",
+    );
+    r.row(
+        "added latency over raw fork/exec (p50)",
+        us(added),
+        "< 100 µs",
+    );
+    r.row(
+        "GET /healthz round trip, the same client (p50 / p99)",
+        p50_99(&health),
+        "",
+    );
+    let j = |s: &Samples| json!({"p50": s.pct(50.0).as_micros() as u64, "p99": s.pct(99.0).as_micros() as u64, "n": s.len()});
+    r.set("spawn_raw_us", j(&raw));
+    r.set("spawn_shim_us", j(&via));
+    r.set("healthz_us", j(&health));
+    Ok(())
+}
 
-    // Memory per open output stream: idle follows of one quiet process.
+/// Memory per open output stream: idle follows of one quiet process.
+async fn idle_streams(c: &client::ShimClient, pid: u32, n: usize, r: &mut Report) -> Result<()> {
     c.spawn("quiet", &sh("echo hi; exec sleep 600")).await?;
-    let streams = args.idle_streams;
     let before = rss_kib(pid)?;
     let mut open = Vec::new();
-    for _ in 0..streams {
+    for _ in 0..n {
         open.push(c.output("quiet", 0, true).await?);
     }
-    settle(&c, "stepshim_output_streams", streams).await?;
-    let per_stream = (rss_kib(pid)?.saturating_sub(before)) as f64 / streams as f64;
+    settle(c, "stepshim_output_streams", n).await?;
+    let per_stream = (rss_kib(pid)?.saturating_sub(before)) as f64 / n as f64;
     drop(open);
     c.delete("quiet", true).await?;
+    r.row(
+        format!("memory per open output stream ({n} idle follows)"),
+        format!("{per_stream:.1} KiB"),
+        "< 32 KiB",
+    );
+    r.set("per_stream_kib", json!(per_stream));
+    r.set("idle_streams", json!(n));
+    Ok(())
+}
 
-    // Throughput of one stream, client parsing included, and the shim's CPU time for it.
-    let bytes = args.stream_mib << 20;
-    c.spawn("stream", &sh(&format!("head -c {bytes} /dev/zero")))
-        .await?;
-    let cpu_before = cpu_secs(pid)?;
-    let t = Instant::now();
-    let mut got = 0u64;
-    let end = c
-        .attach("stream", 0, 3, |k, d| {
-            if k == FrameType::Stdout {
-                got += d.len() as u64
-            }
-        })
-        .await?;
-    let secs = t.elapsed().as_secs_f64();
-    let cpu_per_gib = (cpu_secs(pid)? - cpu_before) / (bytes as f64 / f64::from(1u32 << 30));
-    if got != bytes || end.exit != Exit::code(0) {
-        bail!(
-            "throughput run got {got} of {bytes} bytes, exit {:?}",
-            end.exit
-        );
+/// Throughput of one stream, client parsing included, and the shim's CPU time for it: the median
+/// of several runs, each a fresh process.
+async fn stream_runs(
+    c: &client::ShimClient,
+    pid: u32,
+    a: &LocalArgs,
+    r: &mut Report,
+) -> Result<()> {
+    let bytes = a.stream_mib << 20;
+    let (mut mbps, mut cpu) = (Vec::new(), Vec::new());
+    for run in 0..a.stream_runs.max(1) {
+        let id = format!("stream{run}");
+        c.spawn(&id, &sh(&format!("head -c {bytes} /dev/zero")))
+            .await?;
+        let cpu_before = cpu_secs(pid)?;
+        let t = Instant::now();
+        let mut got = 0u64;
+        let end = c
+            .attach(&id, 0, 3, |k, d| {
+                if k == FrameType::Stdout {
+                    got += d.len() as u64
+                }
+            })
+            .await?;
+        let secs = t.elapsed().as_secs_f64();
+        cpu.push((cpu_secs(pid)? - cpu_before) / (bytes as f64 / f64::from(1u32 << 30)));
+        if got != bytes || end.exit != Exit::code(0) {
+            bail!(
+                "throughput run got {got} of {bytes} bytes, exit {:?}",
+                end.exit
+            );
+        }
+        mbps.push(bytes as f64 / secs / 1e6);
+        c.delete(&id, false).await?;
+        eprintln!("bench: one stream {:.0} MB/s", mbps[run]);
     }
-    let mbps = bytes as f64 / secs / 1e6;
-    c.delete("stream", false).await?;
-    eprintln!("bench: one stream {mbps:.0} MB/s");
+    let runs = mbps.clone();
+    let (m, lo, hi) = median(&mut mbps);
+    let (cm, clo, chi) = median(&mut cpu);
+    r.row(
+        format!(
+            "one stream of stdout ({} MiB, median of {})",
+            a.stream_mib,
+            runs.len()
+        ),
+        format!("{m:.0} MB/s ({lo:.0}–{hi:.0})"),
+        ">= 1000 MB/s",
+    );
+    r.row(
+        "shim CPU per GiB of that stream (utime + stime)",
+        format!("{cm:.2} s ({clo:.2}–{chi:.2})"),
+        "",
+    );
+    r.set("stream_mb_per_s", json!(m));
+    r.set("stream_mb_per_s_range", json!([lo, hi]));
+    r.set("stream_mb_per_s_runs", json!(runs));
+    r.set("shim_cpu_s_per_gib", json!(cm));
+    r.set("shim_cpu_s_per_gib_range", json!([clo, chi]));
+    Ok(())
+}
 
-    // Many processes followed at once, every byte checked.
-    let n = args.concurrent;
+/// Many processes followed at once, every byte checked.
+async fn many(c: &client::ShimClient, pid: u32, n: usize, r: &mut Report) -> Result<()> {
     let before = rss_kib(pid)?;
     let t = Instant::now();
     let script = "for i in 1 2 3; do echo line $i; sleep 1; done";
@@ -223,83 +365,21 @@ pub async fn run(args: &LocalArgs) -> Result<i32> {
         }
     }))
     .await;
-    let many_secs = t.elapsed().as_secs_f64();
+    let secs = t.elapsed().as_secs_f64();
     let bad = results.iter().filter(|ok| !**ok).count() + spawn_errors;
-    let per_process = (peak_rss
-        .load(std::sync::atomic::Ordering::Relaxed)
-        .saturating_sub(before)) as f64
-        / n as f64;
-
-    let rows = vec![
-        (
-            "binary size (stripped, static)",
-            format!(
-                "{} KiB{}",
-                size / 1024,
-                if is_static { "" } else { " (NOT static)" }
-            ),
-            "< 900 KiB",
-        ),
-        ("start to ready (p50 of 30)", ms(ready.pct(50.0)), "< 2 ms"),
-        ("idle RSS", format!("{idle_rss} KiB"), "< 1 MiB"),
-        (
-            &*Box::leak(
-                format!("memory per open output stream ({streams} idle follows)").into_boxed_str(),
-            ),
-            format!("{per_stream:.1} KiB"),
-            "< 32 KiB",
-        ),
-        (
-            "spawn to exit, raw fork/exec of /bin/true (p50 / p99)",
-            format!("{} / {}", us(raw.pct(50.0)), us(raw.pct(99.0))),
-            "",
-        ),
-        (
-            "spawn to exit through the shim, one request (p50 / p99)",
-            format!("{} / {}", us(via.pct(50.0)), us(via.pct(99.0))),
-            "",
-        ),
-        (
-            "added latency over raw fork/exec (p50)",
-            us(added),
-            "< 100 µs",
-        ),
-        (
-            &*Box::leak(format!("one stream of stdout ({} MiB)", args.stream_mib).into_boxed_str()),
-            format!("{mbps:.0} MB/s"),
-            ">= 1000 MB/s",
-        ),
-        (
-            "shim CPU per GiB of that stream (utime + stime)",
-            format!("{cpu_per_gib:.2} s"),
-            "",
-        ),
-        (
-            &*Box::leak(format!("{n} processes followed at once").into_boxed_str()),
-            format!("{bad} errors, {many_secs:.1} s, {per_process:.1} KiB RSS per process"),
-            "no errors",
-        ),
-    ];
-    println!("| measure | result | target |\n|---|---|---|");
-    for (m, r, t) in &rows {
-        println!("| {m} | {r} | {t} |");
-    }
-    if let Some(dir) = &args.results {
-        std::fs::create_dir_all(dir)?;
-        let raw_json = json!({
-            "binary_bytes": size, "static": is_static,
-            "start_to_ready_us": {"p50": ready.pct(50.0).as_micros() as u64, "p90": ready.pct(90.0).as_micros() as u64, "max": ready.max().as_micros() as u64},
-            "idle_rss_kib": idle_rss, "per_stream_kib": per_stream, "per_process_kib": per_process,
-            "spawn_raw_us": {"p50": raw.pct(50.0).as_micros() as u64, "p99": raw.pct(99.0).as_micros() as u64, "n": raw.len()},
-            "spawn_shim_us": {"p50": via.pct(50.0).as_micros() as u64, "p99": via.pct(99.0).as_micros() as u64, "n": via.len()},
-            "stream_mb_per_s": mbps, "shim_cpu_s_per_gib": cpu_per_gib, "idle_streams": streams, "concurrent": n, "concurrent_errors": bad, "concurrent_secs": many_secs,
-        });
-        std::fs::write(
-            dir.join("local.json"),
-            serde_json::to_string_pretty(&raw_json)?,
-        )?;
-    }
-    Ok(if bad == 0 { 0 } else { 1 })
+    let peak = peak_rss.load(std::sync::atomic::Ordering::Relaxed);
+    let per_process = peak.saturating_sub(before) as f64 / n as f64;
+    r.row(
+        format!("{n} processes followed at once"),
+        format!("{bad} errors, {secs:.1} s, {per_process:.1} KiB RSS per process"),
+        "no errors",
+    );
+    r.set("per_process_kib", json!(per_process));
+    r.set("concurrent", json!(n));
+    r.set("concurrent_errors", json!(bad));
+    r.set("concurrent_secs", json!(secs));
+    r.bad += bad;
+    Ok(())
 }
 
 /// Waits until the gauge `metric` reaches `want` (the shim has registered every stream).

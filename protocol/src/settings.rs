@@ -52,6 +52,8 @@ settings! {
     MAX_SPEC_BYTES = "STEPSHIM_MAX_SPEC_BYTES", "--max-spec-bytes", "262144";
     /// Connections open at once.
     MAX_CONNECTIONS = "STEPSHIM_MAX_CONNECTIONS", "--max-connections", "1024";
+    /// Descriptors of the open-file limit kept out of the connection cap (at most half the limit).
+    FD_RESERVE = "STEPSHIM_FD_RESERVE", "--fd-reserve", "1024";
     /// Bytes of a request line and its headers.
     MAX_HEADER_BYTES = "STEPSHIM_MAX_HEADER_BYTES", "--max-header-bytes", "16384";
     /// Seconds a connection may stay open without presenting a valid token.

@@ -26,21 +26,29 @@ pub fn process_settings(config: &mut Config) {
         warn!(cause = %e, "cannot mark the shim non-dumpable; a step of the same user could ptrace it");
     }
     match sys::raise_nofile_limit() {
-        // Connections may take at most half the descriptors; processes, pipes and spill files
-        // keep the rest, so a connection flood cannot starve a spawn.
         Ok(limit) => {
-            let most = usize::try_from(limit / 2).unwrap_or(usize::MAX).max(4);
+            let most = connection_cap(limit, config.fd_reserve);
             if config.max_connections > most {
                 warn!(
                     configured = config.max_connections,
                     used = most,
-                    "STEPSHIM_MAX_CONNECTIONS lowered to half the open-file limit"
+                    limit,
+                    reserve = config.fd_reserve,
+                    "STEPSHIM_MAX_CONNECTIONS lowered to the open-file limit less STEPSHIM_FD_RESERVE"
                 );
                 config.max_connections = most;
             }
         }
         Err(e) => warn!(cause = %e, "cannot raise the open-file limit"),
     }
+}
+
+/// The most connections an open-file `limit` allows: the limit less `reserve` descriptors kept for
+/// processes' pipes, spill files, transfers and pulls (so a connection flood cannot starve a
+/// spawn), the reserve being at most half the limit (a small limit is shared half and half).
+pub fn connection_cap(limit: u64, reserve: u64) -> usize {
+    let most = limit - reserve.min(limit / 2);
+    usize::try_from(most).unwrap_or(usize::MAX).max(4)
 }
 
 /// The listening socket, with [`BACKLOG`].
@@ -85,4 +93,18 @@ pub fn install(dest: &str) -> io::Result<()> {
     std::fs::write(&tmp, bytes)?;
     std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
     std::fs::rename(&tmp, dest)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn connections_leave_the_reserve_or_half_a_small_limit() {
+        use super::connection_cap;
+        assert_eq!(connection_cap(20_000, 1024), 18_976);
+        assert_eq!(connection_cap(1 << 20, 1024), (1 << 20) - 1024);
+        assert_eq!(connection_cap(1024, 1024), 512);
+        assert_eq!(connection_cap(48, 1024), 24);
+        assert_eq!(connection_cap(2, 1024), 4);
+        assert_eq!(connection_cap(20_000, 0), 20_000);
+    }
 }

@@ -34,6 +34,8 @@ pub struct Config {
     /// Open connections at once; beyond it the oldest connection without a valid token is closed,
     /// or, if every connection has presented one, the new connection is.
     pub max_connections: usize,
+    /// Descriptors of the open-file limit kept out of `max_connections` (see `boot`).
+    pub fd_reserve: u64,
     /// Bytes of a request's line and headers together.
     pub max_header_bytes: usize,
     /// How long a connection may stay open without presenting a valid token.
@@ -229,6 +231,7 @@ impl Config {
             max_processes: ranged(S::MAX_PROCESSES, 1, 1 << 20)? as usize,
             max_spec_bytes: ranged(S::MAX_SPEC_BYTES, 1024, 1 << 20)? as usize,
             max_connections: ranged(S::MAX_CONNECTIONS, 4, 1 << 20)? as usize,
+            fd_reserve: ranged(S::FD_RESERVE, 0, 1 << 30)? as u64,
             max_header_bytes: ranged(S::MAX_HEADER_BYTES, 8 << 10, 1 << 20)? as usize,
             auth_timeout: secs(S::AUTH_TIMEOUT_SECONDS, tiny)?,
             oom_score_adj: ranged(S::OOM_SCORE_ADJ, -1000, 1000)? as i32,
@@ -299,6 +302,7 @@ mod tests {
         assert!(c.token_sha256.is_none());
         assert_eq!(c.grace, Duration::from_secs(10));
         assert_eq!((c.max_processes, c.max_connections), (4096, 1024));
+        assert_eq!(c.fd_reserve, 1024);
         assert_eq!(
             (c.max_spec_bytes, c.max_header_bytes),
             (256 << 10, 16 << 10)
@@ -313,6 +317,7 @@ mod tests {
             ("STEPSHIM_OOM_SCORE_ADJ", "1001"),
             ("STEPSHIM_AUTH_TIMEOUT_SECONDS", "0"),
             ("STEPSHIM_MAX_CONNECTIONS", "many"),
+            ("STEPSHIM_FD_RESERVE", "-1"),
         ] {
             let bad = env(&[("STEPSHIM_INSECURE_NO_AUTH", "1"), (k, v)]);
             assert!(Config::from_sources(bad, vec![]).is_err(), "{k}={v}");

@@ -3,12 +3,16 @@
 //! v2 `memory.events`, v1 `memory.oom_control`) tells whether a process that died of `SIGKILL` (or
 //! exited 137, as a shell does when its child was killed) was an OOM kill.
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-/// Where the shim's memory cgroup counts OOM kills, if anywhere readable.
-#[derive(Debug, Clone, Default)]
+/// Where the shim's memory cgroup counts OOM kills, if anywhere readable. The file is opened once
+/// and read with one `pread` at offset 0 (the kernel renders a cgroup file anew for a read from
+/// the start): every spawn reads the count as its baseline.
+#[derive(Debug, Default)]
 pub struct OomCounter {
-    file: Option<PathBuf>,
+    file: Option<(PathBuf, File)>,
 }
 
 impl OomCounter {
@@ -31,25 +35,31 @@ impl OomCounter {
         }
         candidates.push(root.join("memory.events"));
         candidates.push(root.join("memory/memory.oom_control"));
-        let file = candidates.into_iter().find(|p| read_count(p).is_some());
+        let file = candidates.into_iter().find_map(|p| {
+            let f = File::open(&p).ok()?;
+            read_count(&f).map(|_| (p, f))
+        });
         OomCounter { file }
     }
 
     /// OOM kills counted so far, if the counter is readable.
     pub fn read(&self) -> Option<u64> {
-        self.file.as_deref().and_then(read_count)
+        self.file.as_ref().and_then(|(_, f)| read_count(f))
     }
 
     /// The file read, for the log.
     pub fn file(&self) -> Option<&Path> {
-        self.file.as_deref()
+        self.file.as_ref().map(|(p, _)| p.as_path())
     }
 }
 
-/// The `oom_kill N` line of a `memory.events` or `memory.oom_control` file.
-fn read_count(path: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(path).ok()?;
-    text.lines()
+/// The `oom_kill N` line of a `memory.events` or `memory.oom_control` file (a few lines).
+fn read_count(f: &File) -> Option<u64> {
+    let mut buf = [0u8; 512];
+    let n = f.read_at(&mut buf, 0).ok()?;
+    std::str::from_utf8(&buf[..n])
+        .ok()?
+        .lines()
         .find_map(|l| l.strip_prefix("oom_kill "))
         .and_then(|n| n.trim().parse().ok())
 }
@@ -81,6 +91,13 @@ mod tests {
         .unwrap();
         let c = OomCounter::locate(&dir);
         assert_eq!(c.read(), Some(3));
+        // The open file is read anew: a later kill is seen without reopening.
+        std::fs::write(
+            dir.join("memory/memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 4\n",
+        )
+        .unwrap();
+        assert_eq!(c.read(), Some(4));
         std::fs::write(
             dir.join("memory.events"),
             "low 0\nhigh 0\nmax 4\noom 2\noom_kill 2\noom_group_kill 0\n",

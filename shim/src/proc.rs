@@ -24,6 +24,11 @@ pub struct Links {
     pub events: Arc<watch::Sender<u64>>,
     /// The memory cgroup's OOM kill count when the process started, if readable.
     pub oom_kills_at_start: Option<u64>,
+    /// The shim's copies of the write ends of the process's stdout and stderr pipes, closed when
+    /// it is reaped. Without them the pipes would reach end of file as the exiting child closes
+    /// its files, which wakes the shim (on a shared CPU, preempting the child before it can
+    /// finish exiting) and again for SIGCHLD; with them one wake-up sees both.
+    pub writers: Option<(OwnedFd, OwnedFd)>,
 }
 
 /// A started process.
@@ -53,6 +58,8 @@ pub struct Proc {
     events: Arc<watch::Sender<u64>>,
     /// The memory cgroup's OOM kill count when the process started, if readable.
     pub oom_kills_at_start: Option<u64>,
+    /// See [`Links::writers`]; taken when reaped.
+    writers: Mutex<Option<(OwnedFd, OwnedFd)>>,
 }
 
 impl Proc {
@@ -80,6 +87,7 @@ impl Proc {
             reaped: AtomicBool::new(false),
             events: links.events,
             oom_kills_at_start: links.oom_kills_at_start,
+            writers: Mutex::new(links.writers),
         };
         (proc, rx)
     }
@@ -87,6 +95,12 @@ impl Proc {
     /// Called by the table when the reaper collected this pid.
     pub fn on_reaped(&self, exit: Exit) {
         self.reaped.store(true, Ordering::Release);
+        drop(
+            self.writers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         if let Some(tx) = self
             .reaped_tx
             .lock()

@@ -9,6 +9,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use protocol::SpawnRequest;
 use tokio::io::unix::AsyncFd;
@@ -35,6 +36,9 @@ pub struct Started {
     pub stdin: Option<Stdin>,
     /// A handle on its pty master, if any.
     pub tty: Option<OwnedFd>,
+    /// The shim's copies of the write ends of the child's stdout and stderr pipes, to be closed
+    /// once the child is reaped (see [`crate::proc::Links::writers`]).
+    pub writers: Option<(OwnedFd, OwnedFd)>,
 }
 
 /// What a failed spawn leaves behind.
@@ -81,6 +85,28 @@ pub fn environment(
         }
     }
     Ok(env)
+}
+
+fn envp_of(env: &[(String, String)]) -> Result<Arc<[CString]>, Error> {
+    env.iter()
+        .map(|(k, v)| cstring(&format!("{k}={v}"), "env"))
+        .collect()
+}
+
+/// The `K=V` C strings of the shim's base environment, made once and shared by every spawn that
+/// adds nothing to it (about three allocations per variable saved on each).
+fn base_envp(base: &[(String, String)]) -> Result<Arc<[CString]>, Error> {
+    type Made = Option<(Vec<(String, String)>, Arc<[CString]>)>;
+    static MADE: Mutex<Made> = Mutex::new(None);
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((of, envp)) = &*made
+        && of.as_slice() == base
+    {
+        return Ok(envp.clone());
+    }
+    let envp = envp_of(base)?;
+    *made = Some((base.to_vec(), envp.clone()));
+    Ok(envp)
 }
 
 /// Finds the executable: a path with `/` as is, else the first executable file on `PATH`.
@@ -149,7 +175,7 @@ async fn prepare(spec: &SpawnRequest) -> Result<Option<sys::Credentials>, Error>
 
 /// Starts the process described by `spec` with the shim's `base_env`. `fork` forks and execs
 /// (the table wraps [`sys::fork_exec`] to record the pid under its lock); the child's
-/// `oom_score_adj` is set to `oom_score_adj` right after.
+/// `oom_score_adj` is set to `oom_score_adj` before its program runs (see [`Forked::oom_set`]).
 pub async fn start(
     spec: &SpawnRequest,
     base_env: &[(String, String)],
@@ -167,17 +193,24 @@ pub async fn start(
             return Err(Error::InvalidSpec(format!("{what} contains a NUL byte")).into());
         }
     }
-    let env = environment(base_env, &spec.env)?;
-    let exe = resolve_executable(&spec.path, &env)?;
+    let merged;
+    let env = if spec.env.is_empty() {
+        base_env
+    } else {
+        merged = environment(base_env, &spec.env)?;
+        &merged
+    };
+    let exe = resolve_executable(&spec.path, env)?;
     let creds = prepare(spec).await?;
     let mut argv = vec![cstring(&spec.path, "path")?];
     for a in &spec.args {
         argv.push(cstring(a, "args")?);
     }
-    let envp = env
-        .iter()
-        .map(|(k, v)| cstring(&format!("{k}={v}"), "env"))
-        .collect::<Result<_, _>>()?;
+    let envp = if spec.env.is_empty() {
+        base_envp(base_env)?
+    } else {
+        envp_of(env)?
+    };
     let exe_c = cstring(&exe.to_string_lossy(), "path")?;
     let dir = spec.dir.as_deref().map(|d| cstring(d, "dir")).transpose()?;
     let io_err = |context| move |e| Error::io(context, e);
@@ -210,14 +243,11 @@ pub async fn start(
                 let (r, w) = sys::pipe().map_err(io_err("creating pipes"))?;
                 sys::set_nonblocking(&w, true).map_err(io_err("configuring pipes"))?;
                 (
-                    r,
+                    Some(r),
                     Some(Stdin::new(File::from(w), false).map_err(io_err("polling pipes"))?),
                 )
             } else {
-                (
-                    OwnedFd::from(File::open("/dev/null").map_err(io_err("opening /dev/null"))?),
-                    None,
-                )
+                (None, None)
             };
             let watch = |fd: OwnedFd| -> Result<AsyncFd<File>, Error> {
                 sys::set_nonblocking(&fd, true).map_err(io_err("configuring pipes"))?;
@@ -246,10 +276,25 @@ pub async fn start(
         dir,
         creds,
         stdio,
+        oom_score_adj: Some(oom_score_adj),
     };
     let forked = fork(&exec).map_err(|e| Error::io("forking", e))?;
-    // The child has its copies; closing ours lets the pumps see EOF when the child's side closes.
-    drop(exec);
+    // The child has its copies. The write ends of its output pipes stay open here until it is
+    // reaped; everything else of ours closes now.
+    let writers = match exec.stdio {
+        ChildStdio::Fds {
+            stdin,
+            stdout,
+            stderr,
+        } if forked.failed.is_none() => {
+            drop(stdin);
+            Some((stdout, stderr))
+        }
+        other => {
+            drop(other);
+            None
+        }
+    };
     let pid = forked.pid;
     if let Some((stage, err)) = forked.failed {
         let error = match stage {
@@ -283,12 +328,14 @@ pub async fn start(
             error,
         });
     }
-    // The spawn resumes once the child has released the shim's memory in `execve` (vfork): the
-    // program's own children forked from now on inherit the raised value. A shim that is not root
-    // may find the child's `/proc` entry still root's (non-dumpable) for a moment, until `execve`
-    // has installed the new program's credentials: it tries again for a few milliseconds.
+    // A root shim's child set its own `oom_score_adj` before `execve`, so everything the program
+    // forks inherits it. A shim that is not root finds the child's `/proc` entry root's (the shim
+    // is non-dumpable) until `execve` has installed the program's credentials: it tries again for
+    // a few milliseconds.
     let mut tries = 0;
-    while let Err(e) = crate::oom::set_score_adj(pid, oom_score_adj) {
+    while !forked.oom_set
+        && let Err(e) = crate::oom::set_score_adj(pid, oom_score_adj)
+    {
         tries += 1;
         if tries > 20 || e.kind() != io::ErrorKind::PermissionDenied {
             tracing::debug!(pid, cause = %e, "cannot set oom_score_adj");
@@ -301,5 +348,6 @@ pub async fn start(
         sources,
         stdin,
         tty,
+        writers,
     })
 }

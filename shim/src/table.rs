@@ -226,6 +226,7 @@ impl Table {
             crate::proc::Links {
                 events: self.events.clone(),
                 oom_kills_at_start,
+                writers: started.writers,
             },
         );
         let proc = Arc::new(proc);

@@ -9,10 +9,10 @@ use std::os::fd::{AsRawFd, OwnedFd};
 /// What the child does with its standard streams.
 #[derive(Debug)]
 pub enum ChildStdio {
-    /// Three fds for 0, 1 and 2 (stdin may be `/dev/null`).
+    /// Three fds for 0, 1 and 2.
     Fds {
-        /// Becomes fd 0.
-        stdin: OwnedFd,
+        /// Becomes fd 0; `None` is `/dev/null` (one opened at the first spawn and kept).
+        stdin: Option<OwnedFd>,
         /// Becomes fd 1.
         stdout: OwnedFd,
         /// Becomes fd 2.
@@ -43,14 +43,17 @@ pub struct Exec {
     pub path: CString,
     /// argv, argv[0] first.
     pub argv: Vec<CString>,
-    /// `K=V` environment.
-    pub envp: Vec<CString>,
+    /// `K=V` environment (shared: most spawns pass the shim's own, made once).
+    pub envp: std::sync::Arc<[CString]>,
     /// Working directory.
     pub dir: Option<CString>,
     /// Credentials to switch to, if any.
     pub creds: Option<Credentials>,
     /// Standard streams.
     pub stdio: ChildStdio,
+    /// `oom_score_adj` the child sets for itself before `execve` (through `/proc/self`, which only
+    /// root can write while the shim is non-dumpable); see [`Forked::oom_set`].
+    pub oom_score_adj: Option<i32>,
 }
 
 /// The step of the child's set-up that failed.
@@ -76,6 +79,10 @@ pub struct Forked {
     pub pid: i32,
     /// The set-up step that failed and its error; `None` when `execve` succeeded.
     pub failed: Option<(Stage, io::Error)>,
+    /// Whether the child set its own `oom_score_adj` before `execve`. When it could not (a shim
+    /// that is not root), the caller sets it through `/proc/<pid>` once the new program's
+    /// credentials make that entry the user's.
+    pub oom_set: bool,
 }
 
 /// Bytes of the child's stack, which lives on the parent's stack: the parent is suspended until the
@@ -90,6 +97,12 @@ struct ChildArgs<'a> {
     groups: &'a [libc::gid_t],
     reset: &'a [libc::c_int],
     nofile: Option<libc::rlimit>,
+    /// The `oom_score_adj` value as decimal text and its length, if one is to be set.
+    oom: Option<([u8; 12], usize)>,
+    /// Stdin when none is given: the kept `/dev/null`.
+    null: libc::c_int,
+    /// Set by the child once its `oom_score_adj` is written.
+    oom_set: bool,
     /// (stage + 1, errno) of a failed set-up; stage 0 means none. The parent reads it after the
     /// child has exited; a successful exec leaves it untouched (the memory is no longer shared).
     report: (u8, i32),
@@ -113,7 +126,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
 }
 
 /// The child's set-up, ending in `execve`; returns the stage that failed.
-unsafe fn set_up_and_exec(a: &ChildArgs<'_>, ok: impl Fn(libc::c_long) -> bool) -> Stage {
+unsafe fn set_up_and_exec(a: &mut ChildArgs<'_>, ok: impl Fn(libc::c_long) -> bool) -> Stage {
     unsafe {
         // Every signal is blocked (the parent blocked them all around the clone). A handler of the
         // parent must never run here, in shared memory: reset every caught and ignored signal to
@@ -139,12 +152,29 @@ unsafe fn set_up_and_exec(a: &ChildArgs<'_>, ok: impl Fn(libc::c_long) -> bool) 
         if !ok(libc::syscall(libc::SYS_setsid)) {
             return Stage::Setup;
         }
+        // Before the credentials change, while `/proc/self` is still writable for a root shim.
+        if let Some((text, len)) = a.oom {
+            let fd = libc::syscall(
+                libc::SYS_open,
+                c"/proc/self/oom_score_adj".as_ptr(),
+                libc::O_WRONLY | libc::O_CLOEXEC,
+            );
+            if fd >= 0 {
+                let n = libc::syscall(libc::SYS_write, fd, text.as_ptr(), len);
+                libc::syscall(libc::SYS_close, fd);
+                a.oom_set = n == len as libc::c_long;
+            }
+        }
         let (i, o, e) = match &a.ex.stdio {
             ChildStdio::Fds {
                 stdin,
                 stdout,
                 stderr,
-            } => (stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()),
+            } => (
+                stdin.as_ref().map_or(a.null, AsRawFd::as_raw_fd),
+                stdout.as_raw_fd(),
+                stderr.as_raw_fd(),
+            ),
             ChildStdio::Tty { slave } => {
                 let s = slave.as_raw_fd();
                 if !ok(libc::syscall(libc::SYS_ioctl, s, libc::TIOCSCTTY, 0)) {
@@ -258,6 +288,14 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
         .as_ref()
         .map(|c| c.groups.clone())
         .unwrap_or_default();
+    let oom = ex.oom_score_adj.map(|adj| {
+        let mut text = [0u8; 12];
+        let mut w = &mut text[..];
+        // An i32 in decimal fits in 11 bytes.
+        let _ = std::io::Write::write_fmt(&mut w, format_args!("{adj}"));
+        let len = 12 - w.len();
+        (text, len)
+    });
     let mut args = ChildArgs {
         argv: &argv,
         envp: &envp,
@@ -265,6 +303,9 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
         groups: &groups,
         reset: signals_to_reset(),
         nofile: super::child_nofile_limit(),
+        oom,
+        null: dev_null()?,
+        oom_set: false,
         report: (0, 0),
     };
     let mut stack = std::mem::MaybeUninit::<[u8; CHILD_STACK]>::uninit();
@@ -310,6 +351,8 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
     // SAFETY: the child wrote `report` (if at all) before it exited; read it as memory another
     // task changed.
     let (stage, errno) = unsafe { std::ptr::read_volatile(&raw const args.report) };
+    // SAFETY: as above, for the flag the child set before `execve`.
+    let oom_set = unsafe { std::ptr::read_volatile(&raw const args.oom_set) };
     let failed = (stage != 0).then(|| {
         let stage = match stage - 1 {
             1 => Stage::Credentials,
@@ -319,5 +362,20 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
         };
         (stage, io::Error::from_raw_os_error(errno))
     });
-    Ok(Forked { pid, failed })
+    Ok(Forked {
+        pid,
+        failed,
+        oom_set,
+    })
+}
+
+/// `/dev/null` for the stdin of children that have none: opened at the first spawn and kept, so a
+/// spawn costs no `open` for it.
+fn dev_null() -> io::Result<libc::c_int> {
+    static NULL: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
+    if let Some(fd) = NULL.get() {
+        return Ok(fd.as_raw_fd());
+    }
+    let fd = OwnedFd::from(std::fs::File::open("/dev/null")?);
+    Ok(NULL.get_or_init(|| fd).as_raw_fd())
 }

@@ -24,10 +24,11 @@ fn exec(path: &str, args: &[&str], stdio: ChildStdio) -> Exec {
     Exec {
         path: cstr(path),
         argv,
-        envp: vec![cstr("PATH=/usr/bin:/bin")],
+        envp: vec![cstr("PATH=/usr/bin:/bin")].into(),
         dir: None,
         creds: None,
         stdio,
+        oom_score_adj: None,
     }
 }
 
@@ -53,23 +54,29 @@ fn exec_status(f: &Forked) -> Option<(Stage, &io::Error)> {
 fn fork_exec_runs_in_own_session_with_output_and_exit_code() {
     let _g = CHILDREN.lock();
     let (out_r, out_w) = pipe().unwrap();
-    let (_in_r, _) = null_stdio();
     let err_w = out_w.try_clone().unwrap();
-    let ex = exec(
+    let mut ex = exec(
         "/bin/sh",
         &[
             "-c",
-            "echo $$ $(ps -o sid= -p $$ 2>/dev/null || cut -d' ' -f6 /proc/$$/stat); exit 7",
+            "echo $$ $(ps -o sid= -p $$ 2>/dev/null || cut -d' ' -f6 /proc/$$/stat) \
+             $(cat /proc/$$/oom_score_adj) $(readlink /proc/$$/fd/0); exit 7",
         ],
         ChildStdio::Fds {
-            stdin: _in_r,
+            stdin: None,
             stdout: out_w,
             stderr: err_w,
         },
     );
+    ex.oom_score_adj = Some(700);
     let f = fork_exec(&ex).unwrap();
     drop(ex);
     assert!(exec_status(&f).is_none());
+    // A root parent's child sets its own value before exec; the parent's stays as it was (a vfork
+    // child's `oom_score_adj` is its own, not the shared memory's).
+    assert_eq!(f.oom_set, geteuid() == 0);
+    let own = std::fs::read_to_string("/proc/self/oom_score_adj").unwrap();
+    assert_ne!(own.trim(), "700");
     let mut out = String::new();
     std::fs::File::from(out_r).read_to_string(&mut out).unwrap();
     let fields: Vec<&str> = out.split_whitespace().collect();
@@ -79,6 +86,10 @@ fn fork_exec_runs_in_own_session_with_output_and_exit_code() {
         f.pid.to_string(),
         "child must lead its own session"
     );
+    if f.oom_set {
+        assert_eq!(fields[2], "700");
+    }
+    assert_eq!(fields[3], "/dev/null", "no stdin given: /dev/null");
     assert_eq!(wait_for(f.pid), Reaped::Exited(f.pid, 7));
 }
 
@@ -90,7 +101,7 @@ fn missing_executable_reports_exec_stage_enoent() {
         "/nonexistent/x",
         &[],
         ChildStdio::Fds {
-            stdin: r,
+            stdin: Some(r),
             stdout: w.try_clone().unwrap(),
             stderr: w,
         },
@@ -110,7 +121,7 @@ fn bad_dir_reports_chdir_stage() {
         "/bin/true",
         &[],
         ChildStdio::Fds {
-            stdin: r,
+            stdin: Some(r),
             stdout: w.try_clone().unwrap(),
             stderr: w,
         },
@@ -129,7 +140,7 @@ fn group_signal_kills_and_is_reported() {
         "/bin/sleep",
         &["30"],
         ChildStdio::Fds {
-            stdin: r,
+            stdin: Some(r),
             stdout: w.try_clone().unwrap(),
             stderr: w,
         },
@@ -202,7 +213,7 @@ fn child_starts_with_no_ignored_or_blocked_signals() {
         "/bin/cat",
         &["/proc/self/status"],
         ChildStdio::Fds {
-            stdin: in_r,
+            stdin: Some(in_r),
             stdout: out_w,
             stderr: err_w,
         },
@@ -256,7 +267,7 @@ fn fork_exec_restores_the_parents_signal_mask() {
         "/bin/true",
         &[],
         ChildStdio::Fds {
-            stdin: r,
+            stdin: Some(r),
             stdout: w.try_clone().unwrap(),
             stderr: w,
         },
