@@ -46,7 +46,6 @@ pub mod user;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tracing::info;
 
 pub use config::Config;
 

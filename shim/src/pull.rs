@@ -129,7 +129,7 @@ impl Pull {
                 PullState::Done
             }
             Err(why) => {
-                tracing::warn!(pull = %self.id, cause = %why, "pull failed");
+                crate::warn!(pull = %self.id, cause = %why, "pull failed");
                 p.error = Some(why);
                 p.sha256 = None;
                 PullState::Failed

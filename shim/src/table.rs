@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::{debug, info, warn};
 use protocol::{Exit, ExitReason, SpawnRequest};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
 
 use crate::error::Error;
 use crate::log::{Budget, OutputLog};

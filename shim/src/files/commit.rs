@@ -151,7 +151,7 @@ impl Drop for Staged {
     /// merge).
     fn drop(&mut self) {
         if let Err(e) = remove_tree(self.anchor.as_fd(), &self.name) {
-            tracing::warn!(dir = %self.dir.display(), cause = %e, "removing a staging directory");
+            crate::warn!(dir = %self.dir.display(), cause = %e, "removing a staging directory");
         }
     }
 }
