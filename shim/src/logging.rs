@@ -2,16 +2,11 @@
 //! `error!`, `warn!`, `info!` and `debug!` macros exported here (fields as in `tracing`: `k = v` and
 //! `k` for Debug, `k = %v` and `%k` for Display, `?v` for Debug; the message literal last). The shim
 //! must fit in a ConfigMap: every event goes through one non-generic [`emit`] with its fields as trait
-//! objects, which costs far less per call site than `tracing`'s callsite registry. Code that still
-//! logs through `tracing` reaches the same line writer through [`StderrLogger`].
+//! objects: `tracing`'s callsites, registry and dispatch cost the binary about 34 KiB.
 
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
 use std::sync::atomic::{AtomicU8, Ordering};
-
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Metadata, Subscriber};
 
 /// Severity of an event; a logger at one level writes it and every more severe one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -39,25 +34,14 @@ impl Level {
             Level::Trace => "TRACE",
         }
     }
-
-    fn of(l: &tracing::Level) -> Level {
-        match *l {
-            tracing::Level::ERROR => Level::Error,
-            tracing::Level::WARN => Level::Warn,
-            tracing::Level::INFO => Level::Info,
-            tracing::Level::DEBUG => Level::Debug,
-            _ => Level::Trace,
-        }
-    }
 }
 
 /// The most verbose level written; 0 (nothing) until [`install`].
 static MAX: AtomicU8 = AtomicU8::new(0);
 
-/// Starts writing events at `max` or more severe to stderr (also those logged through `tracing`).
+/// Starts writing events at `max` or more severe to stderr.
 pub fn install(max: Level) {
     MAX.store(max as u8, Ordering::Relaxed);
-    let _ = tracing::subscriber::set_global_default(StderrLogger);
 }
 
 /// Whether events at `level` are written.
@@ -163,55 +147,6 @@ macro_rules! __log {
             $crate::logging::emit($lvl, module_path!(), &$msg, &[$($f)*])
         }
     };
-}
-
-/// The `tracing` subscriber for code that logs through `tracing`: the same lines, the same level.
-#[derive(Debug)]
-pub struct StderrLogger;
-
-struct Fields(Vec<(&'static str, String)>, String);
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        if field.name() == "message" {
-            self.1 = format!("{value:?}");
-        } else {
-            self.0.push((field.name(), format!("{value:?}")));
-        }
-    }
-}
-
-impl Subscriber for StderrLogger {
-    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        enabled(Level::of(metadata.level()))
-    }
-
-    fn new_span(&self, _span: &Attributes<'_>) -> Id {
-        Id::from_u64(1)
-    }
-
-    fn record(&self, _span: &Id, _values: &Record<'_>) {}
-
-    fn record_follows_from(&self, _span: &Id, _follows: &Id) {}
-
-    fn event(&self, event: &Event<'_>) {
-        let meta = event.metadata();
-        let mut f = Fields(Vec::new(), String::new());
-        event.record(&mut f);
-        let fields: Vec<_> =
-            f.0.iter()
-                .map(|(k, v)| (*k, Value::Display(v as &dyn fmt::Display)))
-                .collect();
-        emit(Level::of(meta.level()), meta.target(), &f.1, &fields);
-    }
-
-    fn enter(&self, _span: &Id) {}
-
-    fn exit(&self, _span: &Id) {}
-
-    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
-        Some(tracing::level_filters::LevelFilter::TRACE)
-    }
 }
 
 #[cfg(test)]
