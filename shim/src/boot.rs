@@ -6,8 +6,8 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
 
+use crate::warn;
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::warn;
 
 use crate::{Config, sys};
 

@@ -24,7 +24,7 @@ pub struct Config {
     /// Output bytes kept in memory across all processes.
     pub memory_bytes: u64,
     /// Log level filter.
-    pub log_level: tracing::Level,
+    pub log_level: crate::logging::Level,
     /// Where to write the listen address once serving (`STEPSHIM_READY_FILE`).
     pub ready_file: Option<PathBuf>,
     /// Processes remembered at once (running or exited and not deleted); spawns beyond answer 503.
@@ -202,11 +202,11 @@ impl Config {
             .to_ascii_lowercase()
             .as_str()
         {
-            "error" => tracing::Level::ERROR,
-            "warn" => tracing::Level::WARN,
-            "info" => tracing::Level::INFO,
-            "debug" => tracing::Level::DEBUG,
-            "trace" => tracing::Level::TRACE,
+            "error" => crate::logging::Level::Error,
+            "warn" => crate::logging::Level::Warn,
+            "info" => crate::logging::Level::Info,
+            "debug" => crate::logging::Level::Debug,
+            "trace" => crate::logging::Level::Trace,
             other => {
                 return Err(ConfigError::Invalid {
                     name: S::LOG,

@@ -18,6 +18,7 @@
 //! - [`files`]: tar extraction (hostile input) and archiving.
 //! - [`grants`], [`pull`]: artifacts between shims: read grants on a source, pulls on a destination.
 //! - [`http`]: connections, auth, routing and handlers; [`auth`], [`metrics`], [`error`] serve it.
+//! - [`order`]: the shim's sorts, through one instantiation.
 //! - [`user`], [`clock`], [`logging`]: `/etc/passwd` lookups, RFC 3339 times, the log line writer.
 
 pub mod auth;
@@ -32,6 +33,7 @@ pub mod log;
 pub mod logging;
 pub mod metrics;
 pub mod oom;
+pub mod order;
 pub mod proc;
 pub mod pull;
 pub mod pump;
@@ -46,7 +48,6 @@ pub mod user;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tracing::info;
 
 pub use config::Config;
 

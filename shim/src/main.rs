@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail(64, &e.to_string()),
     };
-    stepshim::logging::StderrLogger::new(config.log_level).install();
+    stepshim::logging::install(config.log_level);
     boot::process_settings(&mut config);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -40,7 +40,7 @@ fn main() -> ExitCode {
             .map(|a| a.to_string())
             .unwrap_or_default();
         let auth = config.token_sha256.is_some();
-        tracing::info!(addr, auth, "stepshim listening");
+        stepshim::info!(addr, auth, "stepshim listening");
         if let Some(path) = &config.ready_file
             && let Err(e) = boot::announce(path, &addr)
         {

@@ -129,7 +129,7 @@ impl Pull {
                 PullState::Done
             }
             Err(why) => {
-                tracing::warn!(pull = %self.id, cause = %why, "pull failed");
+                crate::warn!(pull = %self.id, cause = %why, "pull failed");
                 p.error = Some(why);
                 p.sha256 = None;
                 PullState::Failed
@@ -220,9 +220,8 @@ impl Pulls {
 
     /// Every pull.
     pub fn list(&self) -> Vec<PullStatus> {
-        let mut all: Vec<_> = self.map().values().map(|p| p.status()).collect();
-        all.sort_by(|a, b| a.id.cmp(&b.id));
-        all
+        let all: Vec<_> = self.map().values().map(|p| p.status()).collect();
+        crate::order::sort_by(all, |a, b| a.id.cmp(&b.id))
     }
 
     /// Forgets pull `id`, cancelling it first if it runs (nothing is moved into place then).

@@ -9,11 +9,11 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::{debug, warn};
 use protocol::{Exit, FrameType, HEADER_LEN};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep_until};
-use tracing::{debug, warn};
 
 use crate::log::{IO_CHUNK, OutputLog};
 use crate::proc::Proc;

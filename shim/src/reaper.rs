@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::{error, warn};
 use protocol::Exit;
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::{error, warn};
 
 use crate::sys::{self, Reaped};
 use crate::table::Table;

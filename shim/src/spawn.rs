@@ -338,7 +338,7 @@ pub async fn start(
     {
         tries += 1;
         if tries > 20 || e.kind() != io::ErrorKind::PermissionDenied {
-            tracing::debug!(pid, cause = %e, "cannot set oom_score_adj");
+            crate::debug!(pid, cause = %e, "cannot set oom_score_adj");
             break;
         }
         tokio::time::sleep(std::time::Duration::from_micros(250)).await;

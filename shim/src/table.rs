@@ -1,16 +1,16 @@
 //! The process table: processes by id and by pid, spawn (idempotent by id and spec), delete, and the
 //! routing of reaped exits to processes, including exits that arrive before their pid is recorded.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::{debug, info, warn};
 use protocol::{Exit, ExitReason, SpawnRequest};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
 
 use crate::error::Error;
 use crate::log::{Budget, OutputLog};
@@ -38,7 +38,9 @@ pub struct Settings {
 
 #[derive(Debug, Default)]
 struct Inner {
-    by_id: BTreeMap<String, Arc<Proc>>,
+    /// Processes by id (a hash map: a B-tree of its own type costs the binary a few KiB; the list
+    /// is sorted when asked for).
+    by_id: HashMap<String, Arc<Proc>>,
     /// Processes not yet reaped, including deleted ones, so their exit is never misrouted.
     by_pid: HashMap<i32, Arc<Proc>>,
     /// Pids forked by a spawn that has not yet recorded its process. Only their exits are kept
@@ -123,7 +125,8 @@ impl Table {
 
     /// Every process, ordered by id.
     pub fn list(&self) -> Vec<Arc<Proc>> {
-        self.lock().by_id.values().cloned().collect()
+        let all: Vec<_> = self.lock().by_id.values().cloned().collect();
+        crate::order::sort_by(all, |a, b| a.id.cmp(&b.id))
     }
 
     /// Waits for the id to be free of other spawns and reserves it; `Ok(Err(p))` when a process

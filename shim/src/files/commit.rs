@@ -151,7 +151,7 @@ impl Drop for Staged {
     /// merge).
     fn drop(&mut self) {
         if let Err(e) = remove_tree(self.anchor.as_fd(), &self.name) {
-            tracing::warn!(dir = %self.dir.display(), cause = %e, "removing a staging directory");
+            crate::warn!(dir = %self.dir.display(), cause = %e, "removing a staging directory");
         }
     }
 }
@@ -310,10 +310,10 @@ pub fn blocked(shown: &str, comps: &[&OsStr], b: Blocked) -> FilesError {
 /// committed target. One that is no longer a directory reached without symlinks is left alone.
 pub fn finish_dirs(
     target: BorrowedFd<'_>,
-    mut dirs: Vec<(Vec<OsString>, Meta)>,
+    dirs: Vec<(Vec<OsString>, Meta)>,
     resolve: Resolve,
 ) -> Result<(), FilesError> {
-    dirs.sort_by_key(|(comps, _)| std::cmp::Reverse(comps.len()));
+    let dirs = crate::order::sort_by(dirs, |a, b| b.0.len().cmp(&a.0.len()));
     for (comps, meta) in dirs {
         let comps: Vec<&OsStr> = comps.iter().map(OsString::as_os_str).collect();
         let Ok(dir) = open_dirs(target, &comps, false, resolve) else {

@@ -176,8 +176,10 @@ impl<'w> Packer<'w> {
                     let entry = entry.map_err(|err| FilesError::io("listing", &path, err))?;
                     children.push(entry.file_name());
                 }
-                children.sort();
-                for child in children.into_iter().rev() {
+                for child in crate::order::sort_by(children, std::ffi::OsString::cmp)
+                    .into_iter()
+                    .rev()
+                {
                     let mut child_name = dir_name.clone();
                     child_name.extend_from_slice(child.as_bytes());
                     stack.push((path.join(&child), child_name, None));

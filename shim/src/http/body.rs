@@ -87,15 +87,17 @@ pub fn empty(status: StatusCode) -> Response<Body> {
 }
 
 /// Reads and parses a JSON body of at most [`JSON_LIMIT`] bytes.
-pub async fn read_json<T, B>(body: B) -> Result<T, Error>
-where
-    T: DeserializeOwned,
-    B: http_body::Body<Data = Bytes>,
-    B::Error: std::error::Error + Send + Sync + 'static,
-{
-    let bytes = Limited::new(body, JSON_LIMIT)
+pub async fn read_json<T: DeserializeOwned>(body: hyper::body::Incoming) -> Result<T, Error> {
+    let bytes = read_limited(body).await?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::InvalidJson(e.to_string()))
+}
+
+/// A request body of at most [`JSON_LIMIT`] bytes; one copy of this code for every JSON route.
+async fn read_limited(body: hyper::body::Incoming) -> Result<Bytes, Error> {
+    Limited::new(body, JSON_LIMIT)
         .collect()
         .await
+        .map(|c| c.to_bytes())
         .map_err(|e| {
             if e.downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some()
@@ -104,8 +106,7 @@ where
             } else {
                 Error::BadRequest(format!("reading the body: {e}"))
             }
-        })?;
-    serde_json::from_slice(&bytes.to_bytes()).map_err(|e| Error::InvalidJson(e.to_string()))
+        })
 }
 
 /// Parsed query parameters of a request.

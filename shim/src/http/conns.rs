@@ -4,7 +4,7 @@
 //! slow connections then evicts itself, and a health probe or an authenticated client still gets
 //! in); only when every open connection has authenticated is the new one closed instead.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -23,7 +23,7 @@ pub struct Slot {
 #[derive(Debug)]
 pub struct Conns {
     max: usize,
-    open: Mutex<(u64, BTreeMap<u64, Arc<Slot>>)>,
+    open: Mutex<(u64, HashMap<u64, Arc<Slot>>)>,
 }
 
 /// A connection's place under the cap, released when dropped.
@@ -46,11 +46,11 @@ impl Conns {
     pub fn new(max: usize) -> Arc<Self> {
         Arc::new(Conns {
             max,
-            open: Mutex::new((0, BTreeMap::new())),
+            open: Mutex::new((0, HashMap::new())),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, BTreeMap<u64, Arc<Slot>>)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, HashMap<u64, Arc<Slot>>)> {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -65,10 +65,12 @@ impl Conns {
         let mut guard = self.lock();
         let (next, open) = &mut *guard;
         if open.len() >= self.max {
+            // The oldest: ids only grow.
             let victim = open
                 .iter()
-                .find(|(_, s)| !s.authed.load(Ordering::Acquire))
-                .map(|(id, _)| *id)?;
+                .filter(|(_, s)| !s.authed.load(Ordering::Acquire))
+                .map(|(id, _)| *id)
+                .min()?;
             if let Some(slot) = open.remove(&victim) {
                 slot.evict.notify_one();
             }

@@ -249,7 +249,7 @@ async fn get(
                 })
             });
         if let Err(e) = result {
-            tracing::warn!(path, cause = %e, "files out ended early");
+            crate::warn!(path, cause = %e, "files out ended early");
             // Cuts the chunked body off without its last chunk (unless the client is gone).
             let err = Err(io::Error::other(e.to_string()));
             let _ = handle.block_on(tokio::time::timeout(idle, tx.send(err)));

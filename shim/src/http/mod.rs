@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::{debug, warn};
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -21,7 +22,6 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use protocol::routes::{Route, RouteError};
 use tokio::net::TcpListener;
-use tracing::{debug, warn};
 
 use crate::error::Error;
 use crate::metrics::Metrics;

@@ -74,7 +74,7 @@ async fn stream(app: Arc<App>, proc: Arc<Proc>, mut pos: u64, stop: Option<u64>,
                 Ok(c) if !c.is_empty() => c,
                 Ok(_) => return, // freed between the state check and the read
                 Err(e) => {
-                    tracing::error!(id = %proc.id, cause = %e, "reading output log");
+                    crate::error!(id = %proc.id, cause = %e, "reading output log");
                     let _ = tx.send(Err(e)).await;
                     return;
                 }

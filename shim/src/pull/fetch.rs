@@ -133,7 +133,7 @@ impl<'a> Fetch<'a> {
                     "{why} (gave up after {n} attempts without progress, STEPSHIM_PULL_RETRIES)"
                 )));
             }
-            tracing::debug!(pull = %self.pull.id, got = self.got, cause = %why, "pull resumes");
+            crate::debug!(pull = %self.pull.id, got = self.got, cause = %why, "pull resumes");
             let pause = Duration::from_millis(100 << self.failures.min(6)).min(MAX_BACKOFF);
             std::thread::sleep(pause);
         }
@@ -222,7 +222,7 @@ impl<'a> Fetch<'a> {
                 Ok(n)
             }
             Err(e) => {
-                tracing::debug!(pull = %self.pull.id, cause = %e, "the stream was cut");
+                crate::debug!(pull = %self.pull.id, cause = %e, "the stream was cut");
                 self.conn = None;
                 self.failures += 1;
                 if self.failures > self.s.retries {
