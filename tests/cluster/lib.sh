@@ -83,8 +83,11 @@ start_daemon() {
     local name=$1; shift
     mkdir -p "$PIDS" "$LOGS"
     printf '%s\n' "$@" > "$PIDS/$name.cmd"
-    # 9>&-: the daemon must not inherit (and so hold forever) the up/down lock.
-    setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null 9>&- &
+    # Every descriptor above stderr is closed first: the daemon must not inherit (and so hold
+    # forever) the up/down lock on fd 9 or any lock a caller holds around a restart (`flock FILE
+    # CMD` passes its descriptor on to CMD and everything CMD starts).
+    setsid bash -c 'for fd in /proc/self/fd/*; do fd=${fd##*/}; ((fd > 2)) && eval "exec $fd>&-"; done; exec "$@"' \
+        start_daemon "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
     echo $! > "$PIDS/$name.pid"
 }
 
