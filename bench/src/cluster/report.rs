@@ -1,5 +1,6 @@
 //! The cluster benchmark's results: a markdown table, the raw numbers as JSON, and an SVG chart of
-//! the latency distributions and the apiserver CPU per path, written to a results directory.
+//! the latency distributions and the apiserver CPU per path (direct shim, shim through the
+//! apiserver's proxy, exec), written to a results directory.
 
 use std::fmt::Write as _;
 use std::path::Path as FsPath;
@@ -98,12 +99,14 @@ pub fn markdown(r: &Results) -> String {
                 .find(|l| l.command == cmd && l.path == p)
                 .map(|l| l.exit.p50 as f64)
         };
-        if let (Some(a), Some(b)) = (p50(Path::Exec), p50(Path::Shim)) {
-            let _ = writeln!(
-                s,
-                "\n{cmd}: shim p50 is **{:.1}x** lower than exec p50.",
-                a / b.max(1.0)
-            );
+        for (p, name) in [(Path::Shim, "shim"), (Path::Proxy, "proxy")] {
+            if let (Some(a), Some(b)) = (p50(Path::Exec), p50(p)) {
+                let _ = writeln!(
+                    s,
+                    "\n{cmd}: {name} p50 is **{:.1}x** lower than exec p50.",
+                    a / b.max(1.0)
+                );
+            }
         }
     }
     let _ = writeln!(
@@ -144,6 +147,23 @@ pub fn markdown(r: &Results) -> String {
             t.apiserver.cpu_secs
         );
     }
+    let rate = |p: Path| {
+        r.throughput
+            .iter()
+            .find(|t| t.path == p)
+            .map(|t| t.mb_per_s)
+    };
+    if let Some(exec) = rate(Path::Exec) {
+        for (p, name) in [(Path::Shim, "shim"), (Path::Proxy, "proxy")] {
+            if let Some(v) = rate(p) {
+                let _ = writeln!(
+                    s,
+                    "\nOne stream: {name} **{:.1}x** exec's throughput.",
+                    v / exec.max(0.001)
+                );
+            }
+        }
+    }
     if let Some(f) = &r.faults {
         let _ = writeln!(s, "\n{}", f.markdown());
     }
@@ -180,7 +200,10 @@ pub fn svg(r: &Results) -> String {
             y0 + ph + 15.0
         );
     }
-    let colors = ["#1b7837", "#5aae61", "#c51b7d", "#e9a3c9"];
+    // Two shades per path (one per command), indexed by the path's discriminant.
+    let colors = [
+        "#1b7837", "#5aae61", "#c51b7d", "#e9a3c9", "#2166ac", "#92c5de",
+    ];
     for (i, l) in r.latency.iter().enumerate() {
         let n = l.exit.samples.len().max(1) as f64;
         let pts: Vec<String> = l
@@ -196,7 +219,7 @@ pub fn svg(r: &Results) -> String {
                 )
             })
             .collect();
-        let color = colors[(l.path as usize) * 2 + (i / 2) % 2];
+        let color = colors[(l.path as usize) * 2 + (i / Path::ALL.len()) % 2];
         let _ = writeln!(
             s,
             "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
@@ -240,10 +263,8 @@ pub fn svg(r: &Results) -> String {
         let len = (bw - 120.0) * v / max;
         let color = if label == "idle" {
             "#999"
-        } else if *path == Path::Shim {
-            colors[0]
         } else {
-            colors[2]
+            colors[(*path as usize) * 2]
         };
         let tag = if label == "idle" {
             String::new()
