@@ -193,7 +193,14 @@ async fn through_proxy(
             )?;
             let client = kube::Client::try_from(config)?;
             let api = kube::Api::namespaced(client, pods_api.namespace().unwrap_or("default"));
-            Ok((api, Pod2 { proxy, ..pod.clone() }, cuts))
+            Ok((
+                api,
+                Pod2 {
+                    proxy,
+                    ..pod.clone()
+                },
+                cuts,
+            ))
         }
     }
 }

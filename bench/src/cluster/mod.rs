@@ -203,8 +203,11 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Resul
         "bench: idle apiserver {:.2} CPU s in {idle_secs} s",
         idle.cpu_secs
     );
-    let latency = match args.latency_runtime {
-        LatencyRuntime::MultiThread => scenarios::latency(env, args.iterations).await?,
+    let (latency, round_trips) = match args.latency_runtime {
+        LatencyRuntime::MultiThread => (
+            scenarios::latency(env, args.iterations).await?,
+            scenarios::round_trips(env, args.iterations).await,
+        ),
         LatencyRuntime::CurrentThread => {
             let config = ADMIN_CONFIG.get().context("admin config")?;
             tokio::task::block_in_place(|| {
@@ -314,6 +317,7 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Resul
         idle,
         idle_secs,
         latency,
+        round_trips,
         concurrency,
         throughput,
         faults,

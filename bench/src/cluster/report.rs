@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::apiserver::Cost;
 use super::faults::Faults;
 use super::paths::Path;
-use super::scenarios::{Concurrency, Latency};
+use super::scenarios::{Concurrency, Dist, Latency};
 
 /// Everything one run measured.
 #[derive(Debug, Clone, Serialize)]
@@ -24,6 +24,8 @@ pub struct Results {
     pub idle_secs: f64,
     /// Sequential latency.
     pub latency: Vec<Latency>,
+    /// `GET /healthz` round trips per shim path: the floor under its latency.
+    pub round_trips: Vec<(Path, Dist)>,
     /// Concurrency levels.
     pub concurrency: Vec<Concurrency>,
     /// One big stream per path.
@@ -108,6 +110,15 @@ pub fn markdown(r: &Results) -> String {
                 );
             }
         }
+    }
+    for (p, d) in &r.round_trips {
+        let _ = writeln!(
+            s,
+            "\nGET /healthz round trip on {p:?} (no process), {} runs: p50 {}, p90 {}.",
+            d.n,
+            ms(d.p50),
+            ms(d.p90)
+        );
     }
     let _ = writeln!(
         s,

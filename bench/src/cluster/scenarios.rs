@@ -103,14 +103,14 @@ pub struct Latency {
     pub apiserver: Cost,
 }
 
-/// [`latency`] on a `current_thread` runtime in a thread of its own, with every path's clients
+/// [`latency`] and [`round_trips`] on a `current_thread` runtime in a thread of its own, with every path's clients
 /// (exec's kube client, the shim clients direct and through the apiserver) made there, so no
 /// request hops between worker threads. `config` is the admin kubeconfig the main clients use.
 pub fn latency_own_thread(
     env: &Env,
     config: &kube::Config,
     iterations: usize,
-) -> Result<Vec<Latency>> {
+) -> Result<(Vec<Latency>, Vec<(Path, Dist)>)> {
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
@@ -119,7 +119,8 @@ pub fn latency_own_thread(
                     .build()?;
                 rt.block_on(async {
                     let local = env.rebuilt(config)?;
-                    latency(&local, iterations).await
+                    let l = latency(&local, iterations).await?;
+                    Ok((l, round_trips(&local, iterations).await))
                 })
             })
             .join()
@@ -224,6 +225,25 @@ pub async fn latency(env: &Env, iterations: usize) -> Result<Vec<Latency>> {
         }
     }
     Ok(out)
+}
+
+/// A round trip with no process: `GET /healthz` on each shim path, `iterations` times, spread
+/// over the pods. The floor under that path's latency (network, HTTP, the apiserver's proxy).
+pub async fn round_trips(env: &Env, iterations: usize) -> Vec<(Path, Dist)> {
+    let mut out = Vec::new();
+    for path in [Path::Shim, Path::Proxy] {
+        let mut v = Vec::with_capacity(iterations);
+        for i in 0..iterations {
+            let pod = &env.pods[i % env.pods.len()];
+            let shim = if path == Path::Shim { &pod.shim } else { &pod.proxy };
+            let t = Instant::now();
+            if shim.healthz().await.is_ok() {
+                v.push(t.elapsed());
+            }
+        }
+        out.push((path, Dist::of(v)));
+    }
+    out
 }
 
 /// Many processes at once on one path.
