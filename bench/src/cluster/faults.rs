@@ -121,11 +121,7 @@ pub async fn cut_stream(
     bytes: u64,
     id: &str,
 ) -> CutStream {
-    let cmd = vec![
-        "sh".to_owned(),
-        "-c".to_owned(),
-        format!("head -c {bytes} /dev/zero"),
-    ];
+    let cmd = super::paths::zeros(bytes >> 20);
     let (received, exit_seen, cuts) = match through_proxy(path, pods_api, pod, bytes).await {
         Ok((api, pod, cuts)) => {
             let r = run(path, &api, &pod, id, &cmd, Duration::from_secs(900)).await;

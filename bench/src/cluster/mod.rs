@@ -7,6 +7,7 @@
 mod apiserver;
 mod faults;
 mod paths;
+mod podcpu;
 mod report;
 mod scenarios;
 
@@ -25,7 +26,7 @@ use controller::podspec::{Delivery, StepSpec};
 use controller::runtime::{Runtime, TargetConfig, kube_client};
 use controller::token::Key;
 use paths::{Path, Pod2};
-use report::{Results, Throughput};
+use report::Results;
 use scenarios::{Env, measured};
 
 /// The admin kubeconfig, kept for building a second client through the cutting proxy.
@@ -229,45 +230,20 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Resul
     }
     let mut throughput = Vec::new();
     let bytes = args.stream_mib << 20;
-    for path in Path::order(1) {
-        let cmd = vec![
-            "sh".into(),
-            "-c".into(),
-            format!("head -c {bytes} /dev/zero"),
-        ];
-        let cpu0 = cpu_secs_self();
-        let t = Instant::now();
-        let (r, cost) = measured(
-            &env.probe,
-            paths::run(
-                path,
-                &env.pods_api,
-                &env.pods[0],
-                "stream",
-                &cmd,
-                Duration::from_secs(900),
-            ),
-        )
-        .await;
-        let secs = t.elapsed().as_secs_f64();
-        let cpu = cpu_secs_self() - cpu0;
-        let (received, ok) = r
-            .map(|o| (o.bytes, o.bytes == bytes && o.status == Some(0)))
-            .unwrap_or((0, false));
-        eprintln!(
-            "bench: {} MiB on {path:?}: {:.0} MB/s",
-            bytes >> 20,
-            received as f64 / secs / 1e6
-        );
-        throughput.push(Throughput {
-            path,
-            bytes,
-            received,
-            ok,
-            mb_per_s: received as f64 / secs / 1e6,
-            client_cpu_per_gib: cpu / (bytes as f64 / (1u64 << 30) as f64),
-            apiserver: cost,
-        });
+    let writers = [
+        ("dd bs=1M", paths::zeros(args.stream_mib)),
+        ("busybox head -c", paths::zeros_by_head(args.stream_mib)),
+    ];
+    for (w, (writer, cmd)) in writers.iter().enumerate() {
+        for path in Path::order(1 + w) {
+            let t = scenarios::throughput(env, path, writer, cmd, bytes).await;
+            eprintln!(
+                "bench: {} MiB by {writer} on {path:?}: {:.0} MB/s",
+                bytes >> 20,
+                t.mb_per_s
+            );
+            throughput.push(t);
+        }
     }
     let faults = match &args.restart_cmd {
         Some(cmd) if !args.no_faults => {

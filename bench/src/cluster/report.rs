@@ -39,6 +39,8 @@ pub struct Results {
 pub struct Throughput {
     /// Path.
     pub path: Path,
+    /// What wrote the stream in the pod.
+    pub writer: String,
     /// Bytes expected.
     pub bytes: u64,
     /// Bytes that arrived.
@@ -49,6 +51,8 @@ pub struct Throughput {
     pub mb_per_s: f64,
     /// Client CPU seconds per GiB.
     pub client_cpu_per_gib: f64,
+    /// The shim's CPU seconds per GiB in the pod (shim paths, when it runs on this host).
+    pub shim_cpu_per_gib: Option<f64>,
     /// Apiserver cost.
     pub apiserver: Cost,
 }
@@ -143,13 +147,15 @@ pub fn markdown(r: &Results) -> String {
     }
     let _ = writeln!(
         s,
-        "\n| throughput | path | received | ok | MB/s | client CPU s/GiB | apiserver CPU s |\n|---|---|---|---|---|---|---|"
+        "\n| throughput | path | received | ok | MB/s | client CPU s/GiB | shim CPU s/GiB | apiserver CPU s |\n|---|---|---|---|---|---|---|---|"
     );
     for t in &r.throughput {
+        let shim = t.shim_cpu_per_gib.map_or("-".into(), |c| format!("{c:.2}"));
         let _ = writeln!(
             s,
-            "| {} MiB | {:?} | {} | {} | {:.0} | {:.2} | {:.2} |",
+            "| {} MiB by {} | {:?} | {} | {} | {:.0} | {:.2} | {shim} | {:.2} |",
             t.bytes >> 20,
+            t.writer,
             t.path,
             t.received,
             t.ok,
@@ -158,18 +164,25 @@ pub fn markdown(r: &Results) -> String {
             t.apiserver.cpu_secs
         );
     }
-    let rate = |p: Path| {
-        r.throughput
-            .iter()
-            .find(|t| t.path == p)
-            .map(|t| t.mb_per_s)
-    };
-    if let Some(exec) = rate(Path::Exec) {
+    let writers: Vec<&str> = r.throughput.iter().map(|t| t.writer.as_str()).collect();
+    for (i, w) in writers.iter().enumerate() {
+        if writers[..i].contains(w) {
+            continue;
+        }
+        let rate = |p: Path| {
+            r.throughput
+                .iter()
+                .find(|t| t.path == p && t.writer == *w)
+                .map(|t| t.mb_per_s)
+        };
+        let Some(exec) = rate(Path::Exec) else {
+            continue;
+        };
         for (p, name) in [(Path::Shim, "shim"), (Path::Proxy, "proxy")] {
             if let Some(v) = rate(p) {
                 let _ = writeln!(
                     s,
-                    "\nOne stream: {name} **{:.1}x** exec's throughput.",
+                    "\nOne stream by {w}: {name} **{:.1}x** exec's throughput.",
                     v / exec.max(0.001)
                 );
             }
@@ -262,7 +275,15 @@ pub fn svg(r: &Results) -> String {
     }
     for t in &r.throughput {
         bars.push((
-            format!("{} MiB", t.bytes >> 20),
+            format!(
+                "{} MiB {}",
+                t.bytes >> 20,
+                if t.writer.contains("head") {
+                    "head"
+                } else {
+                    "dd"
+                }
+            ),
             t.path,
             t.apiserver.cpu_secs,
         ));

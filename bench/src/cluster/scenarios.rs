@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::apiserver::{Cost, Probe};
 use super::paths::{Digest, Outcome, Path, Pod2, run, run_for_status};
+use super::report::Throughput;
 use crate::stats::Samples;
 
 /// Everything a scenario needs.
@@ -235,7 +236,11 @@ pub async fn round_trips(env: &Env, iterations: usize) -> Vec<(Path, Dist)> {
         let mut v = Vec::with_capacity(iterations);
         for i in 0..iterations {
             let pod = &env.pods[i % env.pods.len()];
-            let shim = if path == Path::Shim { &pod.shim } else { &pod.proxy };
+            let shim = if path == Path::Shim {
+                &pod.shim
+            } else {
+                &pod.proxy
+            };
             let t = Instant::now();
             if shim.healthz().await.is_ok() {
                 v.push(t.elapsed());
@@ -308,5 +313,53 @@ pub async fn concurrent(env: &Env, path: Path, n: usize, lines: u32) -> Concurre
         completion: Dist::of(results.into_iter().flatten().collect()),
         apiserver: cost,
         wall_secs: start.elapsed().as_secs_f64(),
+    }
+}
+
+/// One stream of `bytes` of stdout by `cmd` (`writer` names it) on `path`, into the first pod:
+/// rate, the client's CPU, the shim's CPU in the pod (shim paths) and the apiserver's.
+pub async fn throughput(
+    env: &Env,
+    path: Path,
+    writer: &str,
+    cmd: &[String],
+    bytes: u64,
+) -> Throughput {
+    let pod = &env.pods[0];
+    let uid = match env.pods_api.get(&pod.name).await {
+        Ok(p) => p.metadata.uid,
+        Err(_) => None,
+    };
+    let shim_pid = uid.as_deref().and_then(super::podcpu::find_shim);
+    let shim_cpu = || shim_pid.and_then(super::podcpu::cpu_secs);
+    let shim0 = shim_cpu();
+    let cpu0 = super::cpu_secs_self();
+    let t = Instant::now();
+    let limit = Duration::from_secs(900);
+    let (r, cost) = measured(
+        &env.probe,
+        run(path, &env.pods_api, pod, "stream", cmd, limit),
+    )
+    .await;
+    let secs = t.elapsed().as_secs_f64();
+    let gib = bytes as f64 / (1u64 << 30) as f64;
+    let cpu = super::cpu_secs_self() - cpu0;
+    let (received, ok) = r
+        .map(|o| (o.bytes, o.bytes == bytes && o.status == Some(0)))
+        .unwrap_or((0, false));
+    let shim_cpu_per_gib = match (path.is_shim(), shim0, shim_cpu()) {
+        (true, Some(a), Some(b)) => Some((b - a) / gib),
+        _ => None,
+    };
+    Throughput {
+        path,
+        writer: writer.to_owned(),
+        bytes,
+        received,
+        ok,
+        mb_per_s: received as f64 / secs / 1e6,
+        client_cpu_per_gib: cpu / gib,
+        shim_cpu_per_gib,
+        apiserver: cost,
     }
 }
