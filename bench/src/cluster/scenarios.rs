@@ -104,6 +104,9 @@ pub struct Latency {
     pub apiserver: Cost,
 }
 
+/// `GET /healthz` round trips per shim path.
+pub type RoundTrips = Vec<(Path, Dist)>;
+
 /// [`latency`] and [`round_trips`] on a `current_thread` runtime in a thread of its own, with every path's clients
 /// (exec's kube client, the shim clients direct and through the apiserver) made there, so no
 /// request hops between worker threads. `config` is the admin kubeconfig the main clients use.
@@ -111,7 +114,7 @@ pub fn latency_own_thread(
     env: &Env,
     config: &kube::Config,
     iterations: usize,
-) -> Result<(Vec<Latency>, Vec<(Path, Dist)>)> {
+) -> Result<(Vec<Latency>, RoundTrips)> {
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
@@ -230,7 +233,7 @@ pub async fn latency(env: &Env, iterations: usize) -> Result<Vec<Latency>> {
 
 /// A round trip with no process: `GET /healthz` on each shim path, `iterations` times, spread
 /// over the pods. The floor under that path's latency (network, HTTP, the apiserver's proxy).
-pub async fn round_trips(env: &Env, iterations: usize) -> Vec<(Path, Dist)> {
+pub async fn round_trips(env: &Env, iterations: usize) -> RoundTrips {
     let mut out = Vec::new();
     for path in [Path::Shim, Path::Proxy] {
         let mut v = Vec::with_capacity(iterations);
