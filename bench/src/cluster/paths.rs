@@ -294,3 +294,20 @@ fn exit_code(s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Status) -> i32 
         .and_then(|c| c.message.as_deref()?.parse().ok())
         .unwrap_or(-1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_round_runs_all_three_paths_and_each_leads_in_turn() {
+        let firsts: Vec<Path> = (0..3).map(|r| Path::order(r)[0]).collect();
+        assert_eq!(firsts, [Path::Shim, Path::Proxy, Path::Exec]);
+        for r in 0..6 {
+            let mut o = Path::order(r).map(|p| p as usize);
+            o.sort_unstable();
+            assert_eq!(o, [0, 1, 2], "round {r}");
+        }
+        assert!(Path::Shim.is_shim() && Path::Proxy.is_shim() && !Path::Exec.is_shim());
+    }
+}
