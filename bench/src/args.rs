@@ -101,6 +101,19 @@ pub struct ClusterArgs {
     /// Directory for results.json, results.md and the chart.
     #[arg(long)]
     pub results: Option<PathBuf>,
+    /// The runtime of the latency scenario's clients (every path alike): one thread, as a sequential
+    /// caller like stepctl runs, or the multi-thread runtime the other scenarios use.
+    #[arg(long, value_enum, default_value = "current-thread")]
+    pub latency_runtime: LatencyRuntime,
+}
+
+/// Which tokio runtime the latency scenario's clients run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LatencyRuntime {
+    /// A `current_thread` runtime on a thread of its own, with clients made there.
+    CurrentThread,
+    /// The benchmark's multi-thread runtime.
+    MultiThread,
 }
 
 /// `scale`

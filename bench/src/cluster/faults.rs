@@ -1,6 +1,6 @@
-//! Fault scenarios: kube-apiserver restarted while processes stream on both paths, and a big stream
+//! Fault scenarios: kube-apiserver restarted while processes stream on every path, and a big stream
 //! whose client connections are cut again and again (through a loopback proxy placed in front of
-//! the shim for one path and in front of the apiserver for the other).
+//! the shim for the direct path and in front of the apiserver for the proxy and exec paths).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,14 +73,15 @@ impl Faults {
 }
 
 /// Restarts the apiserver (with `restart`, a command) while `n` processes stream on each path.
+/// Returns how many arrived whole per path, and how long the restart command took.
 pub async fn restart_during_streams(
     env: &Env,
     n: usize,
     restart: &str,
 ) -> Result<(Vec<(Path, usize)>, f64)> {
     let lines = 15;
-    let work = join_all((0..2 * n).map(|i| {
-        let path = if i % 2 == 0 { Path::Shim } else { Path::Exec };
+    let work = join_all((0..3 * n).map(|i| {
+        let path = Path::ALL[i % 3];
         let pod = &env.pods[i % env.pods.len()];
         async move {
             let (cmd, want) = ticker(lines, &format!("r{i}"));
@@ -108,13 +109,7 @@ pub async fn restart_during_streams(
         .then_some(())
         .context("the restart command failed")?;
     let count = |p: Path| results.iter().filter(|(q, ok)| *q == p && *ok).count();
-    Ok((
-        vec![
-            (Path::Shim, count(Path::Shim)),
-            (Path::Exec, count(Path::Exec)),
-        ],
-        secs,
-    ))
+    Ok((Path::ALL.iter().map(|p| (*p, count(*p))).collect(), secs))
 }
 
 /// Streams `bytes` of stdout on `path` through a proxy that cuts each connection after a sixteenth
@@ -126,11 +121,7 @@ pub async fn cut_stream(
     bytes: u64,
     id: &str,
 ) -> CutStream {
-    let cmd = vec![
-        "sh".to_owned(),
-        "-c".to_owned(),
-        format!("head -c {bytes} /dev/zero"),
-    ];
+    let cmd = super::paths::zeros(bytes >> 20);
     let (received, exit_seen, cuts) = match through_proxy(path, pods_api, pod, bytes).await {
         Ok((api, pod, cuts)) => {
             let r = run(path, &api, &pod, id, &cmd, Duration::from_secs(900)).await;
@@ -156,7 +147,7 @@ pub async fn cut_stream(
 }
 
 /// The exec API and the pod, aimed through a cutting proxy: in front of the pod's shim for the
-/// shim path, in front of the apiserver (the client's connection) for the exec path.
+/// direct path, in front of the apiserver (the client's connection) for the proxy and exec paths.
 async fn through_proxy(
     path: Path,
     pods_api: &kube::Api<k8s_openapi::api::core::v1::Pod>,
@@ -173,12 +164,12 @@ async fn through_proxy(
             let (proxy, cuts) = cutting_proxy(target, bytes / 16, bytes / 4).await?;
             let shim = pod.shim.with_base(&format!("http://{proxy}"));
             let pod = Pod2 {
-                name: pod.name.clone(),
                 shim,
+                ..pod.clone()
             };
             Ok((pods_api.clone(), pod, cuts))
         }
-        Path::Exec => {
+        Path::Proxy | Path::Exec => {
             let mut config = super::ADMIN_CONFIG.get().context("admin config")?.clone();
             let server = config
                 .cluster_url
@@ -189,9 +180,23 @@ async fn through_proxy(
             config.cluster_url = format!("https://{proxy}").parse()?;
             // The proxy listens on loopback like the apiserver, so the certificate's 127.0.0.1
             // still fits.
+            let transport = Arc::new(controller::via::ApiProxy::new(&config)?);
+            let proxy = client::ShimClient::with_transport(
+                pod.proxy.base(),
+                Some(pod.token.clone()),
+                client::TokenHeader::Proxy,
+                transport,
+            )?;
             let client = kube::Client::try_from(config)?;
             let api = kube::Api::namespaced(client, pods_api.namespace().unwrap_or("default"));
-            Ok((api, pod.clone(), cuts))
+            Ok((
+                api,
+                Pod2 {
+                    proxy,
+                    ..pod.clone()
+                },
+                cuts,
+            ))
         }
     }
 }

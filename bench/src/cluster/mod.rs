@@ -1,11 +1,13 @@
-//! `stepshim-bench cluster`: the shim against apiserver exec, side by side on a real cluster.
-//! Creates step pods, then runs every scenario on both paths into the same pods, alternating which
-//! path goes first, while watching what each costs kube-apiserver; writes a markdown table, JSON and
-//! an SVG chart. Fails if the shim path lost a byte or got an exit status wrong.
+//! `stepshim-bench cluster`: the shim (straight to the pod IP, and through the apiserver's
+//! `pods/proxy`) against apiserver exec, side by side on a real cluster. Creates step pods, then
+//! runs every scenario on the three paths into the same pods, rotating which path goes first,
+//! while watching what each costs kube-apiserver; writes a markdown table, JSON and an SVG chart.
+//! Fails if either shim path lost a byte or got an exit status wrong.
 
 mod apiserver;
 mod faults;
 mod paths;
+mod podcpu;
 mod report;
 mod scenarios;
 
@@ -19,12 +21,12 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
-use crate::args::ClusterArgs;
+use crate::args::{ClusterArgs, LatencyRuntime};
 use controller::podspec::{Delivery, StepSpec};
 use controller::runtime::{Runtime, TargetConfig, kube_client};
 use controller::token::Key;
 use paths::{Path, Pod2};
-use report::{Results, Throughput};
+use report::Results;
 use scenarios::{Env, measured};
 
 /// The admin kubeconfig, kept for building a second client through the cutting proxy.
@@ -94,6 +96,8 @@ async fn setup(args: &ClusterArgs) -> Result<(Runtime, Env)> {
             Ok(Pod2 {
                 name: n.clone(),
                 shim: rt.shim_at(n, ip)?,
+                proxy: rt.shim_proxy(n)?,
+                token: rt.token(n),
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -127,46 +131,55 @@ pub async fn run(args: &ClusterArgs) -> Result<i32> {
     report::write(&dir, &results)?;
     print!("{}", report::markdown(&results));
     eprintln!("bench: results in {}", dir.display());
-    let shim_bad = results
-        .latency
-        .iter()
-        .filter(|l| l.path == Path::Shim)
-        .map(|l| l.errors)
-        .sum::<usize>()
-        + results
-            .concurrency
-            .iter()
-            .filter(|c| c.path == Path::Shim)
-            .map(|c| c.errors)
-            .sum::<usize>()
-        + results
-            .throughput
-            .iter()
-            .filter(|t| t.path == Path::Shim && !t.ok)
-            .count()
-        + results.faults.as_ref().map_or(0, |f| {
-            let whole = f
-                .restart_whole
-                .iter()
-                .find(|(p, _)| *p == Path::Shim)
-                .map_or(0, |w| w.1);
-            (f.restart_processes - whole)
-                + f.cuts
-                    .iter()
-                    .filter(|c| c.path == Path::Shim && (c.lost + c.repeated > 0 || !c.exit_seen))
-                    .count()
-        });
+    let shim_bad = shim_failures(&results);
     if shim_bad > 0 {
-        eprintln!("bench: FAIL: {shim_bad} shim-path runs lost bytes or got a wrong exit status");
+        eprintln!(
+            "bench: FAIL: {shim_bad} runs on a shim path (direct or proxy) lost bytes or got a wrong exit status"
+        );
         return Ok(1);
     }
     Ok(0)
 }
 
+/// Runs on the two shim paths that lost or repeated a byte or got an exit status wrong.
+fn shim_failures(r: &Results) -> usize {
+    let latency: usize = r
+        .latency
+        .iter()
+        .filter(|l| l.path.is_shim())
+        .map(|l| l.errors)
+        .sum();
+    let concurrency: usize = r
+        .concurrency
+        .iter()
+        .filter(|c| c.path.is_shim())
+        .map(|c| c.errors)
+        .sum();
+    let throughput = r
+        .throughput
+        .iter()
+        .filter(|t| t.path.is_shim() && !t.ok)
+        .count();
+    let faults = r.faults.as_ref().map_or(0, |f| {
+        let restart: usize = f
+            .restart_whole
+            .iter()
+            .filter(|(p, _)| p.is_shim())
+            .map(|(_, whole)| f.restart_processes - whole)
+            .sum();
+        restart
+            + f.cuts
+                .iter()
+                .filter(|c| c.path.is_shim() && (c.lost + c.repeated > 0 || !c.exit_seen))
+                .count()
+    });
+    latency + concurrency + throughput + faults
+}
+
 async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Result<Results> {
-    // Warm up both paths once per pod (images, connections, caches), unmeasured.
+    // Warm up every path once per pod (images, connections, caches), unmeasured.
     for (i, pod) in env.pods.iter().enumerate() {
-        for path in [Path::Shim, Path::Exec] {
+        for path in Path::ALL {
             let o = paths::run(
                 path,
                 &env.pods_api,
@@ -191,11 +204,22 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Resul
         "bench: idle apiserver {:.2} CPU s in {idle_secs} s",
         idle.cpu_secs
     );
-    let latency = scenarios::latency(env, args.iterations).await?;
+    let (latency, round_trips) = match args.latency_runtime {
+        LatencyRuntime::MultiThread => (
+            scenarios::latency(env, args.iterations).await?,
+            scenarios::round_trips(env, args.iterations).await,
+        ),
+        LatencyRuntime::CurrentThread => {
+            let config = ADMIN_CONFIG.get().context("admin config")?;
+            tokio::task::block_in_place(|| {
+                scenarios::latency_own_thread(env, config, args.iterations)
+            })?
+        }
+    };
     eprintln!("bench: latency done");
     let mut concurrency = Vec::new();
     for (k, level) in args.levels.iter().enumerate() {
-        for path in Path::pair(k) {
+        for path in Path::order(k) {
             let c = scenarios::concurrent(env, path, *level, args.lines).await;
             eprintln!(
                 "bench: {level} at once on {path:?}: {} errors in {:.1} s",
@@ -206,45 +230,20 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Resul
     }
     let mut throughput = Vec::new();
     let bytes = args.stream_mib << 20;
-    for path in Path::pair(1) {
-        let cmd = vec![
-            "sh".into(),
-            "-c".into(),
-            format!("head -c {bytes} /dev/zero"),
-        ];
-        let cpu0 = cpu_secs_self();
-        let t = Instant::now();
-        let (r, cost) = measured(
-            &env.probe,
-            paths::run(
-                path,
-                &env.pods_api,
-                &env.pods[0],
-                "stream",
-                &cmd,
-                Duration::from_secs(900),
-            ),
-        )
-        .await;
-        let secs = t.elapsed().as_secs_f64();
-        let cpu = cpu_secs_self() - cpu0;
-        let (received, ok) = r
-            .map(|o| (o.bytes, o.bytes == bytes && o.status == Some(0)))
-            .unwrap_or((0, false));
-        eprintln!(
-            "bench: {} MiB on {path:?}: {:.0} MB/s",
-            bytes >> 20,
-            received as f64 / secs / 1e6
-        );
-        throughput.push(Throughput {
-            path,
-            bytes,
-            received,
-            ok,
-            mb_per_s: received as f64 / secs / 1e6,
-            client_cpu_per_gib: cpu / (bytes as f64 / (1u64 << 30) as f64),
-            apiserver: cost,
-        });
+    let writers = [
+        ("dd bs=1M", paths::zeros(args.stream_mib)),
+        ("busybox head -c", paths::zeros_by_head(args.stream_mib)),
+    ];
+    for (w, (writer, cmd)) in writers.iter().enumerate() {
+        for path in Path::order(1 + w) {
+            let t = scenarios::throughput(env, path, writer, cmd, bytes).await;
+            eprintln!(
+                "bench: {} MiB by {writer} on {path:?}: {:.0} MB/s",
+                bytes >> 20,
+                t.mb_per_s
+            );
+            throughput.push(t);
+        }
     }
     let faults = match &args.restart_cmd {
         Some(cmd) if !args.no_faults => {
@@ -253,7 +252,7 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Resul
             env.probe.set_pid(apiserver::find_pid(None)?);
             eprintln!("bench: restart during streams: {whole:?} of {n}");
             let mut cuts = Vec::new();
-            for path in Path::pair(0) {
+            for path in Path::order(0) {
                 cuts.push(
                     faults::cut_stream(
                         path,
@@ -287,12 +286,14 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Resul
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "pods": env.pods.len(),
+        "latency_runtime": format!("{:?}", args.latency_runtime),
     });
     Ok(Results {
         context,
         idle,
         idle_secs,
         latency,
+        round_trips,
         concurrency,
         throughput,
         faults,

@@ -1,6 +1,8 @@
-//! The two ways to run a process in a step pod, measured side by side: through the pod's shim over
-//! HTTP, and through the apiserver's `exec` (kube-rs over WebSocket, protocol v5, stdout and stderr
-//! read concurrently through buffers raised well above the 1 KiB default).
+//! The three ways to run a process in a step pod, measured side by side: through the pod's shim over
+//! HTTP to the pod IP, through the same shim by the apiserver's `pods/{name}:7777/proxy` (the
+//! bench's Kubernetes credentials, the shim token in `X-Stepshim-Token`), and through the
+//! apiserver's `exec` (kube-rs over WebSocket, protocol v5, stdout and stderr read concurrently
+//! through buffers raised well above the 1 KiB default).
 
 use std::time::{Duration, Instant};
 
@@ -17,24 +19,32 @@ use client::ShimClient;
 /// least once a second).
 const STALL: Duration = Duration::from_secs(20);
 
-/// Which path.
+/// Which path. The discriminants index per-path arrays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Path {
-    /// Through the shim.
-    Shim,
+    /// Through the shim, straight to the pod IP.
+    Shim = 0,
     /// Through apiserver exec.
-    Exec,
+    Exec = 1,
+    /// Through the shim by the apiserver's `pods/proxy`.
+    Proxy = 2,
 }
 
 impl Path {
-    /// Both, in the order a round runs them; rounds alternate which goes first.
-    pub fn pair(round: usize) -> [Path; 2] {
-        if round.is_multiple_of(2) {
-            [Path::Shim, Path::Exec]
-        } else {
-            [Path::Exec, Path::Shim]
-        }
+    /// Every path, in report order.
+    pub const ALL: [Path; 3] = [Path::Shim, Path::Proxy, Path::Exec];
+
+    /// All three in the order a round runs them; rounds rotate which goes first.
+    pub fn order(round: usize) -> [Path; 3] {
+        let mut o = Self::ALL;
+        o.rotate_left(round % 3);
+        o
+    }
+
+    /// Whether the run goes through the shim (and so must never lose a byte or an exit).
+    pub fn is_shim(self) -> bool {
+        self != Path::Exec
     }
 }
 
@@ -53,16 +63,40 @@ pub struct Outcome {
     pub total: Duration,
 }
 
+/// A command writing `mib` MiB of zeros to stdout, 1 MiB per write. Not busybox's `head -c`,
+/// which moves 4 KiB per read and write: into a pipe on this machine it managed 153 MB/s (1 GiB in
+/// 7.0 s, 4.3 CPU s), below every path it was meant to measure, where `dd bs=1M` took 0.53 s.
+pub fn zeros(mib: u64) -> Vec<String> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!("dd if=/dev/zero bs=1048576 count={mib} 2>/dev/null"),
+    ]
+}
+
+/// The same stream by busybox's `head -c` (4 KiB writes), as earlier runs measured it.
+pub fn zeros_by_head(mib: u64) -> Vec<String> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!("head -c {} /dev/zero", mib << 20),
+    ]
+}
+
 /// The digest output is compared by: XXH3-64 over the stream, fast enough not to slow a GiB stream.
 pub type Digest = xxhash_rust::xxh3::Xxh3;
 
-/// Where a process runs: a pod, its shim client, and the exec API.
+/// Where a process runs: a pod and its shim, reached both ways.
 #[derive(Debug, Clone)]
 pub struct Pod2 {
     /// Pod name.
     pub name: String,
-    /// Its shim.
+    /// Its shim at the pod IP.
     pub shim: ShimClient,
+    /// Its shim through the apiserver's `pods/proxy`.
+    pub proxy: ShimClient,
+    /// The shim's token (for building clients through other transports).
+    pub token: String,
 }
 
 /// Runs `cmd` in `pod` by `path`, giving up after `limit`. Only stdout goes into the digest;
@@ -78,6 +112,7 @@ pub async fn run(
     let work = async {
         match path {
             Path::Shim => via_shim(&pod.shim, id, cmd).await,
+            Path::Proxy => via_shim(&pod.proxy, id, cmd).await,
             Path::Exec => via_exec(pods, &pod.name, cmd).await,
         }
     };
@@ -86,14 +121,61 @@ pub async fn run(
         .map_err(|_| anyhow!("{path:?} run {id} still going after {limit:?}"))?
 }
 
-async fn via_shim(shim: &ShimClient, id: &str, cmd: &[String]) -> Result<Outcome> {
-    let start = Instant::now();
-    let spec = SpawnRequest {
+/// Runs `cmd`, whose output nobody reads, in `pod` by `path`: on the shim paths spawn and exit
+/// status in one `PUT ?wait=` (what a client that only needs the status sends), on exec the same
+/// session as [`run`] (exec has no cheaper form: the status comes after the output streams end).
+pub async fn run_for_status(
+    path: Path,
+    pods: &Api<Pod>,
+    pod: &Pod2,
+    id: &str,
+    cmd: &[String],
+    limit: Duration,
+) -> Result<Outcome> {
+    let work = async {
+        match path {
+            Path::Shim => via_shim_wait(&pod.shim, id, cmd, limit).await,
+            Path::Proxy => via_shim_wait(&pod.proxy, id, cmd, limit).await,
+            Path::Exec => via_exec(pods, &pod.name, cmd).await,
+        }
+    };
+    tokio::time::timeout(limit, work)
+        .await
+        .map_err(|_| anyhow!("{path:?} run {id} still going after {limit:?}"))?
+}
+
+fn spawn_request(cmd: &[String]) -> SpawnRequest {
+    SpawnRequest {
         path: cmd[0].clone(),
         args: cmd[1..].to_vec(),
         ..Default::default()
+    }
+}
+
+async fn via_shim_wait(
+    shim: &ShimClient,
+    id: &str,
+    cmd: &[String],
+    limit: Duration,
+) -> Result<Outcome> {
+    let start = Instant::now();
+    let secs = u32::try_from(limit.as_secs()).unwrap_or(u32::MAX);
+    let (p, _) = shim
+        .spawn_wait(id, &spawn_request(cmd), secs)
+        .await
+        .context("spawn and wait")?;
+    let out = Outcome {
+        status: p.exit.map(|e| e.status),
+        total: start.elapsed(),
+        ..Outcome::default()
     };
-    shim.spawn(id, &spec).await.context("spawn")?;
+    let _ = shim.delete(id, true).await;
+    Ok(out)
+}
+
+async fn via_shim(shim: &ShimClient, id: &str, cmd: &[String]) -> Result<Outcome> {
+    let start = Instant::now();
+    shim.spawn(id, &spawn_request(cmd)).await.context("spawn")?;
     let mut out = Outcome::default();
     let mut fnv = Digest::new();
     let attached = shim
@@ -211,4 +293,21 @@ fn exit_code(s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Status) -> i32 
         .and_then(|c| c.iter().find(|c| c.reason.as_deref() == Some("ExitCode")))
         .and_then(|c| c.message.as_deref()?.parse().ok())
         .unwrap_or(-1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_round_runs_all_three_paths_and_each_leads_in_turn() {
+        let firsts: Vec<Path> = (0..3).map(|r| Path::order(r)[0]).collect();
+        assert_eq!(firsts, [Path::Shim, Path::Proxy, Path::Exec]);
+        for r in 0..6 {
+            let mut o = Path::order(r).map(|p| p as usize);
+            o.sort_unstable();
+            assert_eq!(o, [0, 1, 2], "round {r}");
+        }
+        assert!(Path::Shim.is_shim() && Path::Proxy.is_shim() && !Path::Exec.is_shim());
+    }
 }

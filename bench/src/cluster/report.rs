@@ -1,5 +1,6 @@
 //! The cluster benchmark's results: a markdown table, the raw numbers as JSON, and an SVG chart of
-//! the latency distributions and the apiserver CPU per path, written to a results directory.
+//! the latency distributions and the apiserver CPU per path (direct shim, shim through the
+//! apiserver's proxy, exec), written to a results directory.
 
 use std::fmt::Write as _;
 use std::path::Path as FsPath;
@@ -10,7 +11,7 @@ use serde::Serialize;
 use super::apiserver::Cost;
 use super::faults::Faults;
 use super::paths::Path;
-use super::scenarios::{Concurrency, Latency};
+use super::scenarios::{Concurrency, Dist, Latency};
 
 /// Everything one run measured.
 #[derive(Debug, Clone, Serialize)]
@@ -23,6 +24,8 @@ pub struct Results {
     pub idle_secs: f64,
     /// Sequential latency.
     pub latency: Vec<Latency>,
+    /// `GET /healthz` round trips per shim path: the floor under its latency.
+    pub round_trips: Vec<(Path, Dist)>,
     /// Concurrency levels.
     pub concurrency: Vec<Concurrency>,
     /// One big stream per path.
@@ -36,6 +39,8 @@ pub struct Results {
 pub struct Throughput {
     /// Path.
     pub path: Path,
+    /// What wrote the stream in the pod.
+    pub writer: String,
     /// Bytes expected.
     pub bytes: u64,
     /// Bytes that arrived.
@@ -46,6 +51,8 @@ pub struct Throughput {
     pub mb_per_s: f64,
     /// Client CPU seconds per GiB.
     pub client_cpu_per_gib: f64,
+    /// The shim's CPU seconds per GiB in the pod (shim paths, when it runs on this host).
+    pub shim_cpu_per_gib: Option<f64>,
     /// Apiserver cost.
     pub apiserver: Cost,
 }
@@ -98,13 +105,24 @@ pub fn markdown(r: &Results) -> String {
                 .find(|l| l.command == cmd && l.path == p)
                 .map(|l| l.exit.p50 as f64)
         };
-        if let (Some(a), Some(b)) = (p50(Path::Exec), p50(Path::Shim)) {
-            let _ = writeln!(
-                s,
-                "\n{cmd}: shim p50 is **{:.1}x** lower than exec p50.",
-                a / b.max(1.0)
-            );
+        for (p, name) in [(Path::Shim, "shim"), (Path::Proxy, "proxy")] {
+            if let (Some(a), Some(b)) = (p50(Path::Exec), p50(p)) {
+                let _ = writeln!(
+                    s,
+                    "\n{cmd}: {name} p50 is **{:.1}x** lower than exec p50.",
+                    a / b.max(1.0)
+                );
+            }
         }
+    }
+    for (p, d) in &r.round_trips {
+        let _ = writeln!(
+            s,
+            "\nGET /healthz round trip on {p:?} (no process), {} runs: p50 {}, p90 {}.",
+            d.n,
+            ms(d.p50),
+            ms(d.p90)
+        );
     }
     let _ = writeln!(
         s,
@@ -129,13 +147,15 @@ pub fn markdown(r: &Results) -> String {
     }
     let _ = writeln!(
         s,
-        "\n| throughput | path | received | ok | MB/s | client CPU s/GiB | apiserver CPU s |\n|---|---|---|---|---|---|---|"
+        "\n| throughput | path | received | ok | MB/s | client CPU s/GiB | shim CPU s/GiB | apiserver CPU s |\n|---|---|---|---|---|---|---|---|"
     );
     for t in &r.throughput {
+        let shim = t.shim_cpu_per_gib.map_or("-".into(), |c| format!("{c:.2}"));
         let _ = writeln!(
             s,
-            "| {} MiB | {:?} | {} | {} | {:.0} | {:.2} | {:.2} |",
+            "| {} MiB by {} | {:?} | {} | {} | {:.0} | {:.2} | {shim} | {:.2} |",
             t.bytes >> 20,
+            t.writer,
             t.path,
             t.received,
             t.ok,
@@ -143,6 +163,30 @@ pub fn markdown(r: &Results) -> String {
             t.client_cpu_per_gib,
             t.apiserver.cpu_secs
         );
+    }
+    let writers: Vec<&str> = r.throughput.iter().map(|t| t.writer.as_str()).collect();
+    for (i, w) in writers.iter().enumerate() {
+        if writers[..i].contains(w) {
+            continue;
+        }
+        let rate = |p: Path| {
+            r.throughput
+                .iter()
+                .find(|t| t.path == p && t.writer == *w)
+                .map(|t| t.mb_per_s)
+        };
+        let Some(exec) = rate(Path::Exec) else {
+            continue;
+        };
+        for (p, name) in [(Path::Shim, "shim"), (Path::Proxy, "proxy")] {
+            if let Some(v) = rate(p) {
+                let _ = writeln!(
+                    s,
+                    "\nOne stream by {w}: {name} **{:.1}x** exec's throughput.",
+                    v / exec.max(0.001)
+                );
+            }
+        }
     }
     if let Some(f) = &r.faults {
         let _ = writeln!(s, "\n{}", f.markdown());
@@ -180,7 +224,10 @@ pub fn svg(r: &Results) -> String {
             y0 + ph + 15.0
         );
     }
-    let colors = ["#1b7837", "#5aae61", "#c51b7d", "#e9a3c9"];
+    // Two shades per path (one per command), indexed by the path's discriminant.
+    let colors = [
+        "#1b7837", "#5aae61", "#c51b7d", "#e9a3c9", "#2166ac", "#92c5de",
+    ];
     for (i, l) in r.latency.iter().enumerate() {
         let n = l.exit.samples.len().max(1) as f64;
         let pts: Vec<String> = l
@@ -196,7 +243,7 @@ pub fn svg(r: &Results) -> String {
                 )
             })
             .collect();
-        let color = colors[(l.path as usize) * 2 + (i / 2) % 2];
+        let color = colors[(l.path as usize) * 2 + (i / Path::ALL.len()) % 2];
         let _ = writeln!(
             s,
             "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
@@ -228,7 +275,15 @@ pub fn svg(r: &Results) -> String {
     }
     for t in &r.throughput {
         bars.push((
-            format!("{} MiB", t.bytes >> 20),
+            format!(
+                "{} MiB {}",
+                t.bytes >> 20,
+                if t.writer.contains("head") {
+                    "head"
+                } else {
+                    "dd"
+                }
+            ),
             t.path,
             t.apiserver.cpu_secs,
         ));
@@ -240,10 +295,8 @@ pub fn svg(r: &Results) -> String {
         let len = (bw - 120.0) * v / max;
         let color = if label == "idle" {
             "#999"
-        } else if *path == Path::Shim {
-            colors[0]
         } else {
-            colors[2]
+            colors[(*path as usize) * 2]
         };
         let tag = if label == "idle" {
             String::new()

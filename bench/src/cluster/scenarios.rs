@@ -1,5 +1,5 @@
-//! The scenarios of the cluster benchmark. Each runs both paths into the same pods, alternating
-//! which goes first, and records what it cost the apiserver while it ran.
+//! The scenarios of the cluster benchmark. Each runs every path into the same pods, rotating which
+//! goes first, and records what it cost the apiserver while it ran.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +10,8 @@ use kube::Api;
 use serde::Serialize;
 
 use super::apiserver::{Cost, Probe};
-use super::paths::{Digest, Outcome, Path, Pod2, run};
+use super::paths::{Digest, Outcome, Path, Pod2, run, run_for_status};
+use super::report::Throughput;
 use crate::stats::Samples;
 
 /// Everything a scenario needs.
@@ -103,30 +104,105 @@ pub struct Latency {
     pub apiserver: Cost,
 }
 
-/// Sequential runs of short commands, alternating paths run by run.
+/// `GET /healthz` round trips per shim path.
+pub type RoundTrips = Vec<(Path, Dist)>;
+
+/// [`latency`] and [`round_trips`] on a `current_thread` runtime in a thread of its own, with every path's clients
+/// (exec's kube client, the shim clients direct and through the apiserver) made there, so no
+/// request hops between worker threads. `config` is the admin kubeconfig the main clients use.
+pub fn latency_own_thread(
+    env: &Env,
+    config: &kube::Config,
+    iterations: usize,
+) -> Result<(Vec<Latency>, RoundTrips)> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(async {
+                    let local = env.rebuilt(config)?;
+                    let l = latency(&local, iterations).await?;
+                    Ok((l, round_trips(&local, iterations).await))
+                })
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("the latency thread panicked"))?
+    })
+}
+
+impl Env {
+    /// The same pods and probe with new clients, made on the calling runtime.
+    fn rebuilt(&self, config: &kube::Config) -> Result<Env> {
+        let client = kube::Client::try_from(config.clone())?;
+        let ns = self.pods_api.namespace().unwrap_or("default").to_owned();
+        let transport = std::sync::Arc::new(controller::via::ApiProxy::new(config)?);
+        let pods = self
+            .pods
+            .iter()
+            .map(|p| {
+                Ok(Pod2 {
+                    name: p.name.clone(),
+                    shim: client::ShimClient::new(p.shim.base(), Some(p.token.clone()))?,
+                    proxy: client::ShimClient::with_transport(
+                        p.proxy.base(),
+                        Some(p.token.clone()),
+                        client::TokenHeader::Proxy,
+                        transport.clone(),
+                    )?,
+                    token: p.token.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Env {
+            pods_api: Api::namespaced(client, &ns),
+            pods,
+            probe: self.probe.clone(),
+        })
+    }
+}
+
+/// Sequential runs of short commands, rotating paths run by run. The first run of each path and
+/// pod is a warm-up (connections), unmeasured.
 pub async fn latency(env: &Env, iterations: usize) -> Result<Vec<Latency>> {
-    let commands: [(&str, Vec<String>); 2] = [
-        ("/bin/true (static no-op)", vec!["/bin/true".into()]),
+    // The no-op's status is all a client wants (one `PUT ?wait=` on the shim paths); the echo is
+    // followed for its output, so its exit comes at the end of the output stream on every path.
+    let commands: [(&str, Vec<String>, bool); 2] = [
+        ("/bin/true (static no-op)", vec!["/bin/true".into()], false),
         (
             "sh -c 'echo x'",
             vec!["sh".into(), "-c".into(), "echo x".into()],
+            true,
         ),
     ];
+    for (i, pod) in env.pods.iter().enumerate() {
+        for path in Path::ALL {
+            let cmd = ["/bin/true".to_owned()];
+            let id = format!("lat-warm-{i}");
+            let _ = run(path, &env.pods_api, pod, &id, &cmd, Duration::from_secs(60)).await;
+        }
+    }
     let mut out = Vec::new();
-    for (label, cmd) in commands {
-        let mut exits = [Vec::new(), Vec::new()];
-        let mut firsts = [Vec::new(), Vec::new()];
-        let mut errors = [0usize; 2];
-        let mut costs = [Cost::default(), Cost::default()];
+    for (label, cmd, follow) in commands {
+        let mut exits: [Vec<Duration>; 3] = Default::default();
+        let mut firsts: [Vec<Duration>; 3] = Default::default();
+        let mut errors = [0usize; 3];
+        let mut costs = [Cost::default(); 3];
         for i in 0..iterations {
             let pod = &env.pods[i % env.pods.len()];
-            for path in Path::pair(i) {
+            for path in Path::order(i) {
                 let k = path as usize;
                 let id = format!("lat-{i}");
                 // Per run, only the apiserver's CPU (cheap, from /proc): reading its /metrics
                 // around every short run would cost more than the run itself.
                 let cpu0 = env.probe.cpu_secs();
-                let r = run(path, &env.pods_api, pod, &id, &cmd, Duration::from_secs(60)).await;
+                let limit = Duration::from_secs(60);
+                let r = if follow {
+                    run(path, &env.pods_api, pod, &id, &cmd, limit).await
+                } else {
+                    run_for_status(path, &env.pods_api, pod, &id, &cmd, limit).await
+                };
                 costs[k].cpu_secs += (env.probe.cpu_secs() - cpu0).max(0.0);
                 match r {
                     Ok(o) if o.status == Some(0) => {
@@ -139,7 +215,7 @@ pub async fn latency(env: &Env, iterations: usize) -> Result<Vec<Latency>> {
                 }
             }
         }
-        for path in [Path::Shim, Path::Exec] {
+        for path in Path::ALL {
             let k = path as usize;
             let first = std::mem::take(&mut firsts[k]);
             out.push(Latency {
@@ -153,6 +229,29 @@ pub async fn latency(env: &Env, iterations: usize) -> Result<Vec<Latency>> {
         }
     }
     Ok(out)
+}
+
+/// A round trip with no process: `GET /healthz` on each shim path, `iterations` times, spread
+/// over the pods. The floor under that path's latency (network, HTTP, the apiserver's proxy).
+pub async fn round_trips(env: &Env, iterations: usize) -> RoundTrips {
+    let mut out = Vec::new();
+    for path in [Path::Shim, Path::Proxy] {
+        let mut v = Vec::with_capacity(iterations);
+        for i in 0..iterations {
+            let pod = &env.pods[i % env.pods.len()];
+            let shim = if path == Path::Shim {
+                &pod.shim
+            } else {
+                &pod.proxy
+            };
+            let t = Instant::now();
+            if shim.healthz().await.is_ok() {
+                v.push(t.elapsed());
+            }
+        }
+        out.push((path, Dist::of(v)));
+    }
+    out
 }
 
 /// Many processes at once on one path.
@@ -217,5 +316,53 @@ pub async fn concurrent(env: &Env, path: Path, n: usize, lines: u32) -> Concurre
         completion: Dist::of(results.into_iter().flatten().collect()),
         apiserver: cost,
         wall_secs: start.elapsed().as_secs_f64(),
+    }
+}
+
+/// One stream of `bytes` of stdout by `cmd` (`writer` names it) on `path`, into the first pod:
+/// rate, the client's CPU, the shim's CPU in the pod (shim paths) and the apiserver's.
+pub async fn throughput(
+    env: &Env,
+    path: Path,
+    writer: &str,
+    cmd: &[String],
+    bytes: u64,
+) -> Throughput {
+    let pod = &env.pods[0];
+    let uid = match env.pods_api.get(&pod.name).await {
+        Ok(p) => p.metadata.uid,
+        Err(_) => None,
+    };
+    let shim_pid = uid.as_deref().and_then(super::podcpu::find_shim);
+    let shim_cpu = || shim_pid.and_then(super::podcpu::cpu_secs);
+    let shim0 = shim_cpu();
+    let cpu0 = super::cpu_secs_self();
+    let t = Instant::now();
+    let limit = Duration::from_secs(900);
+    let (r, cost) = measured(
+        &env.probe,
+        run(path, &env.pods_api, pod, "stream", cmd, limit),
+    )
+    .await;
+    let secs = t.elapsed().as_secs_f64();
+    let gib = bytes as f64 / (1u64 << 30) as f64;
+    let cpu = super::cpu_secs_self() - cpu0;
+    let (received, ok) = r
+        .map(|o| (o.bytes, o.bytes == bytes && o.status == Some(0)))
+        .unwrap_or((0, false));
+    let shim_cpu_per_gib = match (path.is_shim(), shim0, shim_cpu()) {
+        (true, Some(a), Some(b)) => Some((b - a) / gib),
+        _ => None,
+    };
+    Throughput {
+        path,
+        writer: writer.to_owned(),
+        bytes,
+        received,
+        ok,
+        mb_per_s: received as f64 / secs / 1e6,
+        client_cpu_per_gib: cpu / gib,
+        shim_cpu_per_gib,
+        apiserver: cost,
     }
 }
