@@ -39,6 +39,9 @@ pub enum Sources {
     Tty(AsyncFd<File>),
 }
 
+/// Reads [`read_now`] makes at most: a full 1 MiB stdout pipe in [`IO_CHUNK`]s, and its end of file.
+const READ_NOW_MAX: usize = (1 << 20) / IO_CHUNK + 1;
+
 enum Outcome {
     Data,
     Eof,
@@ -77,6 +80,17 @@ pub async fn run(
                 let e = got.unwrap_or(Exit::code(255));
                 exit = Some(e);
                 deadline = Some(Instant::now() + drain);
+                // The shim's write ends closed at the reap: unless the process left writers
+                // behind, what is left reads at once and then end of file, without waiting for
+                // the reactor to report the hang-up.
+                for src in [&mut a, &mut b] {
+                    let out = src.as_ref().map(|(fd, kind)| read_now(fd, *kind, &proc.log));
+                    if let Some(out) = out
+                        && handle(&proc, out, src.as_ref().map(|s| s.1)).await
+                    {
+                        *src = None;
+                    }
+                }
             }
             _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                 debug!(id = %proc.id, pid = proc.pid, "drain window over; closing output with writers left");
@@ -130,26 +144,47 @@ async fn pump_once(
     };
     loop {
         let mut ready = fd.readable().await?;
-        let res = ready.try_io(|f| {
-            BUF.with(|buf| {
-                let mut buf = buf.borrow_mut();
-                buf.clear();
-                buf.extend_from_slice(&[0; HEADER_LEN]);
-                match crate::sys::read_spare(f.get_ref(), &mut buf, IO_CHUNK, None) {
-                    Ok(0) => Ok(Outcome::Eof),
-                    Ok(_) => Ok(match log.append_frame(*kind, &mut buf) {
-                        Ok(()) => Outcome::Data,
-                        Err(e) => Outcome::Stalled(buf.to_vec(), e),
-                    }),
-                    // A pty master reports EIO once every holder of the slave side has closed it.
-                    Err(e) if e.raw_os_error() == Some(libc::EIO) => Ok(Outcome::Eof),
-                    Err(e) => Err(e),
-                }
-            })
-        });
-        match res {
+        match ready.try_io(|f| read_one(f.get_ref(), *kind, log)) {
             Ok(r) => return r.map(|o| (o, *kind)),
             Err(_would_block) => continue,
         }
     }
+}
+
+/// Reads without waiting for readiness until end of file, a stall, or nothing more for now (then
+/// `Data`: the pump's loop goes on waiting for the fd). Bounded: a writer the process left behind
+/// may keep the pipe full, and the runtime has other work.
+fn read_now(
+    fd: &AsyncFd<File>,
+    kind: FrameType,
+    log: &OutputLog,
+) -> io::Result<(Outcome, FrameType)> {
+    for _ in 0..READ_NOW_MAX {
+        match read_one(fd.get_ref(), kind, log) {
+            Ok(Outcome::Data) => continue,
+            Ok(o) => return Ok((o, kind)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((Outcome::Data, kind)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((Outcome::Data, kind))
+}
+
+/// One read of at most [`IO_CHUNK`] into the thread's frame buffer, appended to the log.
+fn read_one(f: &File, kind: FrameType, log: &OutputLog) -> io::Result<Outcome> {
+    BUF.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        buf.clear();
+        buf.extend_from_slice(&[0; HEADER_LEN]);
+        match crate::sys::read_spare(f, &mut buf, IO_CHUNK, None) {
+            Ok(0) => Ok(Outcome::Eof),
+            Ok(_) => Ok(match log.append_frame(kind, &mut buf) {
+                Ok(()) => Outcome::Data,
+                Err(e) => Outcome::Stalled(buf.to_vec(), e),
+            }),
+            // A pty master reports EIO once every holder of the slave side has closed it.
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => Ok(Outcome::Eof),
+            Err(e) => Err(e),
+        }
+    })
 }
