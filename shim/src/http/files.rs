@@ -151,7 +151,7 @@ async fn put(
     slot: OwnedSemaphorePermit,
 ) -> Result<Response<Body>, Error> {
     let (tx, rx) = mpsc::channel::<Bytes>(4);
-    let extract = tokio::task::spawn_blocking(move || {
+    let extract = crate::blocking::run(move || {
         let _slot = slot;
         let mut reader = ChannelReader {
             rx,
@@ -191,7 +191,7 @@ async fn put(
     drop(tx);
     let result = extract
         .await
-        .map_err(|e| Error::internal("extracting", io::Error::other(e)))?;
+        .ok_or_else(|| Error::internal("extracting", io::Error::other("the extraction failed")))?;
     match (result, body_err) {
         // A stream complete up to its end marker was committed, whatever came after it.
         (Ok(_), _) => Ok(empty(StatusCode::NO_CONTENT)),
@@ -207,13 +207,13 @@ async fn get(
     slot: OwnedSemaphorePermit,
 ) -> Result<Response<Body>, Error> {
     let p = path.clone();
-    let (source, validator) = tokio::task::spawn_blocking(move || {
+    let (source, validator) = crate::blocking::run(move || {
         let source = files::prepare_archive(&p)?;
         let validator = source.validator()?;
         Ok::<_, FilesError>((source, validator))
     })
     .await
-    .map_err(|e| Error::internal("archiving", io::Error::other(e)))??;
+    .ok_or_else(|| Error::internal("archiving", io::Error::other("the archiving failed")))??;
     if let Some(want) = &resume.etag
         && *want != validator.etag
     {
@@ -232,7 +232,7 @@ async fn get(
     let expect = resume.etag.is_some().then(|| validator.clone());
     let (tx, rx) = mpsc::channel(2);
     let handle = Handle::current();
-    tokio::task::spawn_blocking(move || {
+    crate::blocking::detach(Box::new(move || {
         let _slot = slot;
         let out = ChannelWriter {
             tx: tx.clone(),
@@ -254,7 +254,7 @@ async fn get(
             let err = Err(io::Error::other(e.to_string()));
             let _ = handle.block_on(tokio::time::timeout(idle, tx.send(err)));
         }
-    });
+    }));
     let mut r = Response::new(ChannelBody(rx).boxed());
     let h = r.headers_mut();
     h.insert(
