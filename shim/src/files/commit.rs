@@ -14,7 +14,6 @@
 //! On failure the staging directory is removed, so `DIR` is as it was. Directory metadata from
 //! the stream is set last, through fds opened below `DIR`; `DIR`'s own is never changed.
 
-use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, ErrorKind};
@@ -101,8 +100,8 @@ impl Staged {
 
     /// Moves the staged tree into place and returns an fd of `DIR`. `explicit`: the directories
     /// the stream named (relative to `DIR`), which may replace a file or symlink already there;
-    /// a directory made only as a parent may not.
-    pub fn commit(&mut self, explicit: &HashSet<PathBuf>) -> Result<OwnedFd, FilesError> {
+    /// a directory made only as a parent may not. Sorted by their bytes ([`Explicit::of`]).
+    pub fn commit(&mut self, explicit: &Explicit) -> Result<OwnedFd, FilesError> {
         let io = |what: &str, e: io::Error| FilesError::io(what, &self.dir, e);
         let stage = sysfs::open_dir_at(self.anchor.as_fd(), &self.name)
             .map_err(|e| io("opening staging in", e))?;
@@ -183,6 +182,28 @@ fn not_a_dir(
     }
 }
 
+/// The directories a stream named, relative to `DIR`: sorted by their bytes and searched (a hash
+/// set of paths costs the binary its own copy of the table code and of path hashing).
+#[derive(Debug)]
+pub struct Explicit(Vec<PathBuf>);
+
+impl Explicit {
+    /// The set of `paths`.
+    pub fn of(paths: Vec<PathBuf>) -> Explicit {
+        Explicit(crate::order::sort_by(paths, |a, b| bytes(a).cmp(bytes(b))))
+    }
+
+    /// Whether `path` is one of them (built from the same components, so equal as bytes).
+    fn contains(&self, path: &Path) -> bool {
+        self.0.binary_search_by(|p| bytes(p).cmp(bytes(path))).is_ok()
+    }
+}
+
+/// A path's bytes.
+fn bytes(p: &Path) -> &[u8] {
+    std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str())
+}
+
 /// A merge of a staged tree into an existing directory.
 struct Merge<'a> {
     /// The staging directory's name in the top directory, left alone.
@@ -192,7 +213,7 @@ struct Merge<'a> {
     /// Where `DIR` is in the staged tree.
     base: &'a Path,
     /// Directories named by the stream, relative to `DIR`.
-    explicit: &'a HashSet<PathBuf>,
+    explicit: &'a Explicit,
 }
 
 impl Merge<'_> {

@@ -30,7 +30,7 @@ use std::path::Path;
 use tar::{Archive, EntryType, Header};
 
 use super::beneath::{Blocked, Resolve, kind_at, open_dirs, remove_tree};
-use super::commit::{Staged, blocked, finish_dirs};
+use super::commit::{Explicit, Staged, blocked, finish_dirs};
 use super::guard::{Guard, Limits};
 use super::meta::{Meta, apply};
 use super::{FilesError, check_request_path, entry_components};
@@ -116,7 +116,7 @@ pub fn extract_with<R: Read>(
         ));
     }
     let (stats, dirs) = (unpacker.stats, std::mem::take(&mut unpacker.dirs));
-    let explicit = dirs.iter().map(|(c, _)| c.iter().collect()).collect();
+    let explicit = Explicit::of(dirs.iter().map(|(c, _)| c.iter().collect()).collect());
     let target = staged.commit(&explicit)?;
     finish_dirs(target.as_fd(), dirs, opts.resolve)?;
     Ok(stats)
