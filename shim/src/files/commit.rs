@@ -20,7 +20,7 @@ use std::io::{self, ErrorKind};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
-use super::FilesError;
+use super::{FilesError, refused};
 use super::beneath::{Blocked, Resolve, kind_at, open_dirs, remove_tree, reopen};
 use super::meta::{Meta, apply};
 use crate::sys::fs::{self as sysfs, Kind, Rename};
@@ -250,10 +250,7 @@ impl Merge<'_> {
                                 .and_then(|fd| sysfs::dir_names(fd.as_fd()))
                                 .map_err(|e| io("inspecting", e))?;
                             if !sub.is_empty() {
-                                return Err(FilesError::InvalidTar(format!(
-                                    "{:?} would replace a non-empty directory",
-                                    here.display().to_string()
-                                )));
+                                return Err(non_empty(&here));
                             }
                         }
                         (true, Some(kind)) if !moving => {
@@ -277,10 +274,7 @@ impl Merge<'_> {
                             let was_dir = there == Some(Kind::Dir);
                             match sysfs::unlink_at(d.as_fd(), &name, was_dir) {
                                 Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => {
-                                    return Err(FilesError::InvalidTar(format!(
-                                        "{:?} would replace a non-empty directory",
-                                        here.display().to_string()
-                                    )));
+                                    return Err(non_empty(&here));
                                 }
                                 r => r.map_err(|e| io("removing", e))?,
                             }
@@ -295,6 +289,11 @@ impl Merge<'_> {
         }
         Ok(())
     }
+}
+
+/// The refusal of a staged entry at `here` over a non-empty directory.
+fn non_empty(here: &Path) -> FilesError {
+    refused(&here.display().to_string(), "would replace a non-empty directory")
 }
 
 /// Renames `name` from `src` to `dst`.
