@@ -337,12 +337,16 @@ impl Table {
         let me = std::process::id() as i32;
         let all = tree::scan();
         let own_group = all.iter().find(|e| e.pid == me).map_or(me, |e| e.pgid);
-        let mut groups: Vec<i32> = self.lock().by_pid.keys().copied().collect();
         let descendants = tree::descendants(&all, me);
-        groups.extend(descendants.iter().map(|e| e.pgid));
-        groups.retain(|&g| g != own_group);
-        let mut groups = crate::order::sort_by(groups, i32::cmp);
-        groups.dedup();
+        let candidates = self.lock().by_pid.keys().copied().collect::<Vec<_>>();
+        // Each group once; a linear check (a few thousand groups at most at shutdown) is less code
+        // than a set or a sort.
+        let mut groups: Vec<i32> = Vec::new();
+        for g in candidates.into_iter().chain(descendants.iter().map(|e| e.pgid)) {
+            if g != own_group && !groups.contains(&g) {
+                groups.push(g);
+            }
+        }
         let n = groups
             .iter()
             .filter(|&&g| crate::sys::kill_group(g, sig).is_ok())
