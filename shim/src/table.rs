@@ -342,7 +342,10 @@ impl Table {
         // Each group once; a linear check (a few thousand groups at most at shutdown) is less code
         // than a set or a sort.
         let mut groups: Vec<i32> = Vec::new();
-        for g in candidates.into_iter().chain(descendants.iter().map(|e| e.pgid)) {
+        for g in candidates
+            .into_iter()
+            .chain(descendants.iter().map(|e| e.pgid))
+        {
             if g != own_group && !groups.contains(&g) {
                 groups.push(g);
             }

@@ -72,7 +72,10 @@ fn with_descendants(all: &[Entry], root: &dyn Fn(&Entry) -> bool) -> Vec<Entry> 
             out.push(e);
         }
         let first = by_ppid.partition_point(|c| c.ppid < e.pid);
-        let kids = by_ppid[first..].iter().take_while(|c| c.ppid == e.pid).count();
+        let kids = by_ppid[first..]
+            .iter()
+            .take_while(|c| c.ppid == e.pid)
+            .count();
         todo.extend(first..first + kids);
     }
     out

@@ -20,9 +20,9 @@ use std::io::{self, ErrorKind};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
-use super::{FilesError, refused};
 use super::beneath::{Blocked, Resolve, kind_at, open_dirs, remove_tree, reopen};
 use super::meta::{Meta, apply};
+use super::{FilesError, refused};
 use crate::sys::fs::{self as sysfs, Kind, Rename};
 
 /// A target directory with its staging directory, removed on drop unless committed.
@@ -195,7 +195,9 @@ impl Explicit {
 
     /// Whether `path` is one of them (built from the same components, so equal as bytes).
     fn contains(&self, path: &Path) -> bool {
-        self.0.binary_search_by(|p| bytes(p).cmp(bytes(path))).is_ok()
+        self.0
+            .binary_search_by(|p| bytes(p).cmp(bytes(path)))
+            .is_ok()
     }
 }
 
@@ -293,7 +295,10 @@ impl Merge<'_> {
 
 /// The refusal of a staged entry at `here` over a non-empty directory.
 fn non_empty(here: &Path) -> FilesError {
-    refused(&here.display().to_string(), "would replace a non-empty directory")
+    refused(
+        &here.display().to_string(),
+        "would replace a non-empty directory",
+    )
 }
 
 /// Renames `name` from `src` to `dst`.

@@ -215,7 +215,10 @@ impl Unpacker<'_> {
                 self.symlink(&shown, parent.as_fd(), last, target, meta)?
             }
             EntryType::Link => {
-                let target = entry_components("hard link target", link_target("hard link without a target")?)?;
+                let target = entry_components(
+                    "hard link target",
+                    link_target("hard link without a target")?,
+                )?;
                 self.hard_link(&shown, &comps, &target)?
             }
             EntryType::Char | EntryType::Block | EntryType::Fifo => {
@@ -312,7 +315,10 @@ impl Unpacker<'_> {
             copied += n as u64;
         }
         if copied != size {
-            return Err(refused(shown, "the stream ended inside the file's contents"));
+            return Err(refused(
+                shown,
+                "the stream ended inside the file's contents",
+            ));
         }
         file.set_len(copied).map_err(|e| fail("writing", e))?;
         self.stats.bytes += copied;
