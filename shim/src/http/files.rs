@@ -10,7 +10,6 @@
 
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
-use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -227,13 +226,7 @@ async fn get(
             crate::warn!(path, cause = %e, "files out ended early");
             // Cuts the chunked body off without its last chunk (unless the client is gone).
             let err = Err(io::Error::other(e.to_string()));
-            wait(
-                &handle,
-                idle,
-                pin!(async {
-                    let _ = tx.send(err).await;
-                }),
-            );
+            let _ = handle.block_on(tokio::time::timeout(idle, tx.send(err)));
         }
     }));
     let mut r = Response::new(ChannelBody(rx).boxed());
@@ -256,12 +249,6 @@ async fn get(
     Ok(r)
 }
 
-/// Runs `fut` on the runtime from a blocking thread for at most `idle`; false when time ran out.
-/// Through a trait object, so that every wait shares one copy of `block_on` (binary size).
-fn wait(handle: &Handle, idle: Duration, fut: Pin<&mut dyn Future<Output = ()>>) -> bool {
-    handle.block_on(tokio::time::timeout(idle, fut)).is_ok()
-}
-
 /// Blocking `Read` over the request body, each frame awaited on the runtime from the blocking
 /// thread (no channel and no forwarding task between them). A body that fails or does not move
 /// for `idle` reads as its end, with the reason kept in `failed`: the extraction then refuses the
@@ -280,21 +267,19 @@ impl Read for BodyReader {
             if self.failed.is_some() {
                 return Ok(0);
             }
-            let (idle, body, mut frame) = (self.idle, &mut self.body, None);
-            let done = wait(
-                &self.handle,
-                idle,
-                pin!(async { frame = body.frame().await }),
-            );
+            let idle = self.idle;
+            let frame = self
+                .handle
+                .block_on(tokio::time::timeout(idle, self.body.frame()));
             match frame {
-                Some(Ok(f)) => {
+                Ok(Some(Ok(f))) => {
                     if let Ok(data) = f.into_data() {
                         self.current = data;
                     }
                 }
-                None if done => return Ok(0),
-                Some(Err(e)) => self.failed = Some(format!("reading the tar body: {e}")),
-                None => {
+                Ok(None) => return Ok(0),
+                Ok(Some(Err(e))) => self.failed = Some(format!("reading the tar body: {e}")),
+                Err(_) => {
                     self.failed = Some(format!(
                         "no body bytes for {idle:?} (STEPSHIM_FILES_IDLE_TIMEOUT); upload abandoned"
                     ))
@@ -318,19 +303,16 @@ struct ChannelWriter {
 impl Write for ChannelWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let chunk = Ok(Bytes::copy_from_slice(buf));
-        let (tx, mut sent) = (&self.tx, None);
-        wait(
-            &self.handle,
-            self.idle,
-            pin!(async { sent = Some(tx.send(chunk).await) }),
-        );
+        let sent = self
+            .handle
+            .block_on(tokio::time::timeout(self.idle, self.tx.send(chunk)));
         match sent {
-            Some(Ok(())) => Ok(buf.len()),
-            Some(Err(_)) => Err(io::Error::new(
+            Ok(Ok(())) => Ok(buf.len()),
+            Ok(Err(_)) => Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
                 "client went away",
             )),
-            None => Err(io::Error::new(
+            Err(_) => Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "the client took nothing for STEPSHIM_FILES_IDLE_TIMEOUT",
             )),
