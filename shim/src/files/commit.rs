@@ -166,20 +166,13 @@ fn not_a_dir(
     let at: PathBuf = std::iter::once(OsStr::new("/"))
         .chain(upto.iter().map(OsString::as_os_str))
         .collect();
-    match sysfs::stat_at(parent, name).map(|s| s.kind) {
-        Ok(Kind::Symlink) => FilesError::InvalidPath(format!(
-            "{}: {} is a symlink; name the real directory",
-            dir.display(),
-            at.display()
-        )),
-        Ok(Kind::Dir) => FilesError::io("opening", dir, err),
-        Ok(_) => FilesError::InvalidPath(format!(
-            "{}: {} is not a directory",
-            dir.display(),
-            at.display()
-        )),
-        Err(e) => FilesError::io("opening", dir, e),
-    }
+    let why = match sysfs::stat_at(parent, name).map(|s| s.kind) {
+        Ok(Kind::Symlink) => "is a symlink; name the real directory",
+        Ok(Kind::Dir) => return FilesError::io("opening", dir, err),
+        Ok(_) => "is not a directory",
+        Err(e) => return FilesError::io("opening", dir, e),
+    };
+    FilesError::InvalidPath(format!("{}: {} {why}", dir.display(), at.display()))
 }
 
 /// The directories a stream named, relative to `DIR`: sorted by their bytes and searched (a hash
@@ -308,27 +301,21 @@ fn place(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, name: &OsStr, how: Rename) ->
 
 /// A [`Blocked`] as the error of opening `comps` for `shown`.
 pub fn blocked(shown: &str, comps: &[&OsStr], b: Blocked) -> FilesError {
-    let at = |i: usize| -> String {
-        let p: PathBuf = comps[..=i.min(comps.len().saturating_sub(1))]
-            .iter()
-            .collect();
-        p.display().to_string()
+    let (i, why) = match b {
+        Blocked::Symlink(i) => (i, "is a symlink"),
+        Blocked::NotDir(i) => (i, "is not a directory"),
+        Blocked::Missing(i) => (i, "does not exist"),
+        Blocked::Io(e) => {
+            return FilesError::Io {
+                context: format!("opening the parent of {shown:?}"),
+                source: e,
+            };
+        }
     };
-    match b {
-        Blocked::Symlink(i) => {
-            FilesError::InvalidTar(format!("{shown:?}: parent {} is a symlink", at(i)))
-        }
-        Blocked::NotDir(i) => {
-            FilesError::InvalidTar(format!("{shown:?}: parent {} is not a directory", at(i)))
-        }
-        Blocked::Missing(i) => {
-            FilesError::InvalidTar(format!("{shown:?}: {} does not exist", at(i)))
-        }
-        Blocked::Io(e) => FilesError::Io {
-            context: format!("opening the parent of {shown:?}"),
-            source: e,
-        },
-    }
+    let at: PathBuf = comps[..=i.min(comps.len().saturating_sub(1))]
+        .iter()
+        .collect();
+    FilesError::InvalidTar(format!("{shown:?}: parent {} {why}", at.display()))
 }
 
 /// Sets the metadata of the directories seen, deepest first (a later duplicate wins), below the
