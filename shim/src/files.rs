@@ -80,6 +80,12 @@ impl FilesError {
     }
 }
 
+/// The refusal of the entry `shown` for `why`: `"name": why` (one formatting site for the many
+/// reasons).
+fn refused(shown: &str, why: &str) -> FilesError {
+    FilesError::InvalidTar(format!("{shown:?}: {why}"))
+}
+
 /// Checks a path given by the request: absolute and free of NUL bytes.
 fn check_request_path(path: &Path) -> Result<(), FilesError> {
     let bytes = path.as_os_str().as_bytes();

@@ -18,10 +18,12 @@
 //! - [`files`]: tar extraction (hostile input) and archiving.
 //! - [`grants`], [`pull`]: artifacts between shims: read grants on a source, pulls on a destination.
 //! - [`http`]: connections, auth, routing and handlers; [`auth`], [`metrics`], [`error`] serve it.
-//! - [`order`]: the shim's sorts, through one instantiation.
+//! - [`order`]: the shim's sorts, through one instantiation; [`blocking`]: work off the runtime
+//!   thread, through one task type.
 //! - [`user`], [`clock`], [`logging`]: `/etc/passwd` lookups, RFC 3339 times, the log line writer.
 
 pub mod auth;
+pub mod blocking;
 pub mod boot;
 pub mod clock;
 pub mod config;

@@ -1,7 +1,7 @@
 //! The process table: processes by id and by pid, spawn (idempotent by id and spec), delete, and the
 //! routing of reaped exits to processes, including exits that arrive before their pid is recorded.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -43,17 +43,23 @@ struct Inner {
     by_id: HashMap<String, Arc<Proc>>,
     /// Processes not yet reaped, including deleted ones, so their exit is never misrouted.
     by_pid: HashMap<i32, Arc<Proc>>,
-    /// Pids forked by a spawn that has not yet recorded its process. Only their exits are kept
-    /// (in `early`); an exit of any other unknown pid is an orphan's and is dropped, so a later
-    /// process that reuses the pid can never be handed it.
-    inflight: HashSet<i32>,
-    /// Exits of `inflight` pids that came before their spawn recorded the process.
-    early: HashMap<i32, Exit>,
-    /// Children whose exec failed: reaped and forgotten.
-    discard: HashSet<i32>,
+    /// Pids forked by a spawn that has not yet recorded its process, and children whose exec
+    /// failed (see [`Pending`]). An exit of any other unknown pid is an orphan's and is dropped, so
+    /// a later process that reuses the pid can never be handed it. One map for both (each key and
+    /// value type of a hash map costs the binary its own copy of the table code).
+    pending: HashMap<i32, Pending>,
     /// Ids with a spawn under way. A second spawn of the same id waits until the receiver sees
     /// the sender dropped, then answers from the table (idempotent or conflict).
     reserved: HashMap<String, watch::Receiver<()>>,
+}
+
+/// A pid the table knows before (or instead of) a process.
+#[derive(Debug)]
+enum Pending {
+    /// Forked by a spawn that has not recorded its process yet, with its exit if that came first.
+    InFlight(Option<Exit>),
+    /// A child whose exec failed: reaped and forgotten.
+    Discard,
 }
 
 /// All processes of the shim.
@@ -178,7 +184,7 @@ impl Table {
     fn fork_registered(&self, exec: &Exec) -> std::io::Result<Forked> {
         let mut inner = self.lock();
         let forked = crate::sys::fork_exec(exec)?;
-        inner.inflight.insert(forked.pid);
+        inner.pending.insert(forked.pid, Pending::InFlight(None));
         Ok(forked)
     }
 
@@ -210,9 +216,8 @@ impl Table {
             Err(failed) => {
                 if let Some(pid) = failed.pid {
                     let mut inner = self.lock();
-                    inner.inflight.remove(&pid);
-                    if inner.early.remove(&pid).is_none() {
-                        inner.discard.insert(pid);
+                    if !matches!(inner.pending.remove(&pid), Some(Pending::InFlight(Some(_)))) {
+                        inner.pending.insert(pid, Pending::Discard);
                     }
                 }
                 return Err(failed.error);
@@ -235,9 +240,11 @@ impl Table {
         let proc = Arc::new(proc);
         let early_exit = {
             let mut inner = self.lock();
-            inner.inflight.remove(&started.pid);
+            let early = match inner.pending.remove(&started.pid) {
+                Some(Pending::InFlight(exit)) => exit,
+                _ => None,
+            };
             inner.by_id.insert(id.to_owned(), proc.clone());
-            let early = inner.early.remove(&started.pid);
             if early.is_none() {
                 inner.by_pid.insert(started.pid, proc.clone());
             }
@@ -279,9 +286,9 @@ impl Table {
             let exit = self.with_reason(&p, exit);
             debug!(id = %p.id, pid, status = exit.status, reason = ?exit.reason, "reaped");
             p.on_reaped(exit);
-        } else if inner.inflight.contains(&pid) {
-            inner.early.insert(pid, exit);
-        } else if inner.discard.remove(&pid) {
+        } else if let Some(Pending::InFlight(early)) = inner.pending.get_mut(&pid) {
+            *early = Some(exit);
+        } else if inner.pending.remove(&pid).is_some() {
             debug!(pid, "reaped a child whose exec failed");
         } else {
             self.orphans.fetch_add(1, Ordering::Relaxed);
@@ -330,10 +337,19 @@ impl Table {
         let me = std::process::id() as i32;
         let all = tree::scan();
         let own_group = all.iter().find(|e| e.pid == me).map_or(me, |e| e.pgid);
-        let mut groups: HashSet<i32> = self.lock().by_pid.keys().copied().collect();
         let descendants = tree::descendants(&all, me);
-        groups.extend(descendants.iter().map(|e| e.pgid));
-        groups.remove(&own_group);
+        let candidates = self.lock().by_pid.keys().copied().collect::<Vec<_>>();
+        // Each group once; a linear check (a few thousand groups at most at shutdown) is less code
+        // than a set or a sort.
+        let mut groups: Vec<i32> = Vec::new();
+        for g in candidates
+            .into_iter()
+            .chain(descendants.iter().map(|e| e.pgid))
+        {
+            if g != own_group && !groups.contains(&g) {
+                groups.push(g);
+            }
+        }
         let n = groups
             .iter()
             .filter(|&&g| crate::sys::kill_group(g, sig).is_ok())

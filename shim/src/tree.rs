@@ -7,8 +7,6 @@
 //! is the reaped leader's therefore means the group is gone and the number was reused: nothing is
 //! signalled for it.
 
-use std::collections::{HashMap, HashSet};
-
 /// One process from `/proc/<pid>/stat`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
@@ -56,39 +54,36 @@ pub fn parse_stat(pid: i32, stat: &str) -> Option<Entry> {
     })
 }
 
-/// The live processes among `roots` and all their descendants.
-fn with_descendants(all: &[Entry], roots: HashSet<i32>) -> Vec<Entry> {
-    let mut children: HashMap<i32, Vec<&Entry>> = HashMap::new();
-    for e in all {
-        children.entry(e.ppid).or_default().push(e);
-    }
-    let by_pid: HashMap<i32, &Entry> = all.iter().map(|e| (e.pid, e)).collect();
-    let mut seen: HashSet<i32> = HashSet::new();
-    let mut todo: Vec<i32> = roots.into_iter().collect();
+/// The live processes among those `root` selects and all their descendants. No hash maps (each
+/// key type costs the binary its own copy of the table code): the entries are sorted by parent
+/// once, and a process's children are the run of entries with its pid as their parent.
+fn with_descendants(all: &[Entry], root: &dyn Fn(&Entry) -> bool) -> Vec<Entry> {
+    let by_ppid = crate::order::sort_by(all.to_vec(), |a, b| a.ppid.cmp(&b.ppid));
+    let mut seen = vec![false; by_ppid.len()];
+    let mut todo: Vec<usize> = (0..by_ppid.len()).filter(|&i| root(&by_ppid[i])).collect();
     let mut out = Vec::new();
-    // Each pid is visited once, so the walk ends even if /proc changed under the scan.
-    while let Some(pid) = todo.pop() {
-        if !seen.insert(pid) {
+    // Each entry is visited once, so the walk ends even if /proc changed under the scan.
+    while let Some(i) = todo.pop() {
+        if std::mem::replace(&mut seen[i], true) {
             continue;
         }
-        if let Some(e) = by_pid.get(&pid)
-            && e.live
-        {
-            out.push(**e);
+        let e = by_ppid[i];
+        if e.live {
+            out.push(e);
         }
-        todo.extend(children.get(&pid).into_iter().flatten().map(|c| c.pid));
+        let first = by_ppid.partition_point(|c| c.ppid < e.pid);
+        let kids = by_ppid[first..]
+            .iter()
+            .take_while(|c| c.ppid == e.pid)
+            .count();
+        todo.extend(first..first + kids);
     }
     out
 }
 
 /// Live descendants of `ancestor` (not itself).
 pub fn descendants(all: &[Entry], ancestor: i32) -> Vec<Entry> {
-    let roots = all
-        .iter()
-        .filter(|e| e.ppid == ancestor)
-        .map(|e| e.pid)
-        .collect();
-    with_descendants(all, roots)
+    with_descendants(all, &|e| e.ppid == ancestor)
 }
 
 /// What a process whose group and session id is `leader` left behind, as far as `/proc` can tell:
@@ -100,12 +95,7 @@ pub fn left_behind(all: &[Entry], leader: i32, leader_reaped: bool) -> Vec<Entry
     if leader_reaped && all.iter().any(|e| e.pid == leader && e.live) {
         return Vec::new();
     }
-    let roots = all
-        .iter()
-        .filter(|e| e.pgid == leader || e.sid == leader)
-        .map(|e| e.pid)
-        .collect();
-    with_descendants(all, roots)
+    with_descendants(all, &|e| e.pgid == leader || e.sid == leader)
 }
 
 #[cfg(test)]

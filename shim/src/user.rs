@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::sys::Credentials;
 
 /// Largest passwd or group file read; a bigger one is refused rather than read into memory.
-const MAX_FILE: u64 = 4 << 20;
+const MAX_FILE: u64 = 4 << 20; // 4 MiB, as the refusal says
 
 /// Reads a passwd or group file that a step may have replaced: opened without blocking (a FIFO
 /// would otherwise wait for a writer) and read only if it is a regular file of sane size. A
@@ -14,29 +14,25 @@ const MAX_FILE: u64 = 4 << 20;
 fn read_db(path: &Path) -> Result<String, String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    // One error mapping for every step (binary size).
+    let read = || {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() || meta.len() > MAX_FILE {
+            return Err(std::io::Error::other("not a regular file under 4 MiB"));
+        }
+        let mut text = String::new();
+        file.take(MAX_FILE).read_to_string(&mut text)?;
+        Ok(text)
     };
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if !meta.is_file() || meta.len() > MAX_FILE {
-        return Err(format!(
-            "{} is not a regular file under {MAX_FILE} bytes",
-            path.display()
-        ));
+    match read() {
+        Ok(text) => Ok(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
     }
-    let mut text = String::new();
-    file.take(MAX_FILE)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Ok(text)
 }
 
 /// Resolves `spec` using the passwd and group files under `root` (normally `/`).

@@ -14,16 +14,15 @@
 //! On failure the staging directory is removed, so `DIR` is as it was. Directory metadata from
 //! the stream is set last, through fds opened below `DIR`; `DIR`'s own is never changed.
 
-use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, ErrorKind};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
-use super::FilesError;
 use super::beneath::{Blocked, Resolve, kind_at, open_dirs, remove_tree, reopen};
 use super::meta::{Meta, apply};
+use super::{FilesError, refused};
 use crate::sys::fs::{self as sysfs, Kind, Rename};
 
 /// A target directory with its staging directory, removed on drop unless committed.
@@ -101,8 +100,8 @@ impl Staged {
 
     /// Moves the staged tree into place and returns an fd of `DIR`. `explicit`: the directories
     /// the stream named (relative to `DIR`), which may replace a file or symlink already there;
-    /// a directory made only as a parent may not.
-    pub fn commit(&mut self, explicit: &HashSet<PathBuf>) -> Result<OwnedFd, FilesError> {
+    /// a directory made only as a parent may not. Sorted by their bytes ([`Explicit::of`]).
+    pub fn commit(&mut self, explicit: &Explicit) -> Result<OwnedFd, FilesError> {
         let io = |what: &str, e: io::Error| FilesError::io(what, &self.dir, e);
         let stage = sysfs::open_dir_at(self.anchor.as_fd(), &self.name)
             .map_err(|e| io("opening staging in", e))?;
@@ -167,20 +166,37 @@ fn not_a_dir(
     let at: PathBuf = std::iter::once(OsStr::new("/"))
         .chain(upto.iter().map(OsString::as_os_str))
         .collect();
-    match sysfs::stat_at(parent, name).map(|s| s.kind) {
-        Ok(Kind::Symlink) => FilesError::InvalidPath(format!(
-            "{}: {} is a symlink; name the real directory",
-            dir.display(),
-            at.display()
-        )),
-        Ok(Kind::Dir) => FilesError::io("opening", dir, err),
-        Ok(_) => FilesError::InvalidPath(format!(
-            "{}: {} is not a directory",
-            dir.display(),
-            at.display()
-        )),
-        Err(e) => FilesError::io("opening", dir, e),
+    let why = match sysfs::stat_at(parent, name).map(|s| s.kind) {
+        Ok(Kind::Symlink) => "is a symlink; name the real directory",
+        Ok(Kind::Dir) => return FilesError::io("opening", dir, err),
+        Ok(_) => "is not a directory",
+        Err(e) => return FilesError::io("opening", dir, e),
+    };
+    FilesError::InvalidPath(format!("{}: {} {why}", dir.display(), at.display()))
+}
+
+/// The directories a stream named, relative to `DIR`: sorted by their bytes and searched (a hash
+/// set of paths costs the binary its own copy of the table code and of path hashing).
+#[derive(Debug)]
+pub struct Explicit(Vec<PathBuf>);
+
+impl Explicit {
+    /// The set of `paths`.
+    pub fn of(paths: Vec<PathBuf>) -> Explicit {
+        Explicit(crate::order::sort_by(paths, |a, b| bytes(a).cmp(bytes(b))))
     }
+
+    /// Whether `path` is one of them (built from the same components, so equal as bytes).
+    fn contains(&self, path: &Path) -> bool {
+        self.0
+            .binary_search_by(|p| bytes(p).cmp(bytes(path)))
+            .is_ok()
+    }
+}
+
+/// A path's bytes.
+fn bytes(p: &Path) -> &[u8] {
+    std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str())
 }
 
 /// A merge of a staged tree into an existing directory.
@@ -192,7 +208,7 @@ struct Merge<'a> {
     /// Where `DIR` is in the staged tree.
     base: &'a Path,
     /// Directories named by the stream, relative to `DIR`.
-    explicit: &'a HashSet<PathBuf>,
+    explicit: &'a Explicit,
 }
 
 impl Merge<'_> {
@@ -229,10 +245,7 @@ impl Merge<'_> {
                                 .and_then(|fd| sysfs::dir_names(fd.as_fd()))
                                 .map_err(|e| io("inspecting", e))?;
                             if !sub.is_empty() {
-                                return Err(FilesError::InvalidTar(format!(
-                                    "{:?} would replace a non-empty directory",
-                                    here.display().to_string()
-                                )));
+                                return Err(non_empty(&here));
                             }
                         }
                         (true, Some(kind)) if !moving => {
@@ -256,10 +269,7 @@ impl Merge<'_> {
                             let was_dir = there == Some(Kind::Dir);
                             match sysfs::unlink_at(d.as_fd(), &name, was_dir) {
                                 Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => {
-                                    return Err(FilesError::InvalidTar(format!(
-                                        "{:?} would replace a non-empty directory",
-                                        here.display().to_string()
-                                    )));
+                                    return Err(non_empty(&here));
                                 }
                                 r => r.map_err(|e| io("removing", e))?,
                             }
@@ -276,6 +286,14 @@ impl Merge<'_> {
     }
 }
 
+/// The refusal of a staged entry at `here` over a non-empty directory.
+fn non_empty(here: &Path) -> FilesError {
+    refused(
+        &here.display().to_string(),
+        "would replace a non-empty directory",
+    )
+}
+
 /// Renames `name` from `src` to `dst`.
 fn place(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, name: &OsStr, how: Rename) -> io::Result<()> {
     sysfs::rename_at(src, name, dst, name, how)
@@ -283,27 +301,21 @@ fn place(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, name: &OsStr, how: Rename) ->
 
 /// A [`Blocked`] as the error of opening `comps` for `shown`.
 pub fn blocked(shown: &str, comps: &[&OsStr], b: Blocked) -> FilesError {
-    let at = |i: usize| -> String {
-        let p: PathBuf = comps[..=i.min(comps.len().saturating_sub(1))]
-            .iter()
-            .collect();
-        p.display().to_string()
+    let (i, why) = match b {
+        Blocked::Symlink(i) => (i, "is a symlink"),
+        Blocked::NotDir(i) => (i, "is not a directory"),
+        Blocked::Missing(i) => (i, "does not exist"),
+        Blocked::Io(e) => {
+            return FilesError::Io {
+                context: format!("opening the parent of {shown:?}"),
+                source: e,
+            };
+        }
     };
-    match b {
-        Blocked::Symlink(i) => {
-            FilesError::InvalidTar(format!("{shown:?}: parent {} is a symlink", at(i)))
-        }
-        Blocked::NotDir(i) => {
-            FilesError::InvalidTar(format!("{shown:?}: parent {} is not a directory", at(i)))
-        }
-        Blocked::Missing(i) => {
-            FilesError::InvalidTar(format!("{shown:?}: {} does not exist", at(i)))
-        }
-        Blocked::Io(e) => FilesError::Io {
-            context: format!("opening the parent of {shown:?}"),
-            source: e,
-        },
-    }
+    let at: PathBuf = comps[..=i.min(comps.len().saturating_sub(1))]
+        .iter()
+        .collect();
+    FilesError::InvalidTar(format!("{shown:?}: parent {} {why}", at.display()))
 }
 
 /// Sets the metadata of the directories seen, deepest first (a later duplicate wins), below the

@@ -238,8 +238,10 @@ fn pax_size(data: &[u8]) -> Option<u64> {
 
 impl<R: Read> Read for Guard<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if let Some(exceeded) = &self.exceeded {
-            return Err(io::Error::other(format!("upload refused: {exceeded:?}")));
+        // The error itself says nothing: `extract_with` answers from `exceeded`.
+        let refused = || io::Error::from(io::ErrorKind::FileTooLarge);
+        if self.exceeded.is_some() {
+            return Err(refused());
         }
         let n = self.inner.read(buf)?;
         if n == 0 && !buf.is_empty() {
@@ -254,9 +256,8 @@ impl<R: Read> Read for Guard<R> {
         match checked {
             Ok(()) => Ok(n),
             Err(exceeded) => {
-                let err = io::Error::other(format!("upload refused: {exceeded:?}"));
                 self.exceeded = Some(exceeded);
-                Err(err)
+                Err(refused())
             }
         }
     }

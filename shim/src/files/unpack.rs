@@ -30,10 +30,10 @@ use std::path::Path;
 use tar::{Archive, EntryType, Header};
 
 use super::beneath::{Blocked, Resolve, kind_at, open_dirs, remove_tree};
-use super::commit::{Staged, blocked, finish_dirs};
+use super::commit::{Explicit, Staged, blocked, finish_dirs};
 use super::guard::{Guard, Limits};
 use super::meta::{Meta, apply};
-use super::{FilesError, check_request_path, entry_components};
+use super::{FilesError, check_request_path, entry_components, refused};
 use crate::sys::fs::{self as sysfs, Kind};
 
 /// What an extraction wrote.
@@ -116,7 +116,7 @@ pub fn extract_with<R: Read>(
         ));
     }
     let (stats, dirs) = (unpacker.stats, std::mem::take(&mut unpacker.dirs));
-    let explicit = dirs.iter().map(|(c, _)| c.iter().collect()).collect();
+    let explicit = Explicit::of(dirs.iter().map(|(c, _)| c.iter().collect()).collect());
     let target = staged.commit(&explicit)?;
     finish_dirs(target.as_fd(), dirs, opts.resolve)?;
     Ok(stats)
@@ -187,7 +187,7 @@ impl Unpacker<'_> {
         let link_target = |what: &str| {
             link.as_deref()
                 .filter(|l| !l.is_empty())
-                .ok_or_else(|| FilesError::InvalidTar(format!("{what} {shown:?} has no target")))
+                .ok_or_else(|| refused(&shown, what))
         };
         let file_kind = matches!(
             kind,
@@ -210,18 +210,19 @@ impl Unpacker<'_> {
                 self.file(&shown, parent.as_fd(), last, size, data, meta)?
             }
             EntryType::Symlink => {
-                let target = link_target("symlink")?;
+                let target = link_target("symlink without a target")?;
                 let (parent, last) = self.place(&shown, &comps)?;
                 self.symlink(&shown, parent.as_fd(), last, target, meta)?
             }
             EntryType::Link => {
-                let target = entry_components("hard link target", link_target("hard link")?)?;
+                let target = entry_components(
+                    "hard link target",
+                    link_target("hard link without a target")?,
+                )?;
                 self.hard_link(&shown, &comps, &target)?
             }
             EntryType::Char | EntryType::Block | EntryType::Fifo => {
-                return Err(FilesError::InvalidTar(format!(
-                    "{shown:?}: device files and FIFOs are refused"
-                )));
+                return Err(refused(&shown, "device files and FIFOs are refused"));
             }
             other => {
                 return Err(FilesError::InvalidTar(format!(
@@ -241,9 +242,7 @@ impl Unpacker<'_> {
         comps: &[&'c OsStr],
     ) -> Result<(OwnedFd, &'c OsStr), FilesError> {
         let Some((last, parents)) = comps.split_last() else {
-            return Err(FilesError::InvalidTar(format!(
-                "{shown:?} names the target directory itself"
-            )));
+            return Err(refused(shown, "names the target directory itself"));
         };
         let parent = open_dirs(self.root, parents, true, self.opts.resolve)
             .map_err(|b| blocked(shown, parents, b))?;
@@ -258,7 +257,7 @@ impl Unpacker<'_> {
             None => Ok(()),
             Some(Kind::Dir) => sysfs::unlink_at(parent, name, true).map_err(|err| {
                 if err.raw_os_error() == Some(libc::ENOTEMPTY) {
-                    FilesError::InvalidTar(format!("{shown:?} would replace a non-empty directory"))
+                    refused(shown, "would replace a non-empty directory")
                 } else {
                     fail(err)
                 }
@@ -316,9 +315,10 @@ impl Unpacker<'_> {
             copied += n as u64;
         }
         if copied != size {
-            return Err(FilesError::InvalidTar(format!(
-                "{shown:?}: the stream ended inside the file's contents"
-            )));
+            return Err(refused(
+                shown,
+                "the stream ended inside the file's contents",
+            ));
         }
         file.set_len(copied).map_err(|e| fail("writing", e))?;
         self.stats.bytes += copied;
@@ -335,9 +335,7 @@ impl Unpacker<'_> {
         meta: Meta,
     ) -> Result<(), FilesError> {
         if target.contains(&0) {
-            return Err(FilesError::InvalidTar(format!(
-                "symlink {shown:?} has a NUL byte in its target"
-            )));
+            return Err(refused(shown, "symlink target with a NUL byte"));
         }
         self.clear(shown, parent, name)?;
         let target = std::os::unix::ffi::OsStrExt::from_bytes(target);
@@ -358,9 +356,9 @@ impl Unpacker<'_> {
         comps: &[&OsStr],
         target: &[&OsStr],
     ) -> Result<(), FilesError> {
-        let refuse = |why: &str| FilesError::InvalidTar(format!("hard link {shown:?}: {why}"));
+        let refuse = |why: &str| refused(shown, why);
         let Some((tlast, tparents)) = target.split_last() else {
-            return Err(refuse("its target is the target directory"));
+            return Err(refuse("hard link to the target directory"));
         };
         if comps == target {
             return Ok(());
@@ -371,7 +369,7 @@ impl Unpacker<'_> {
                 Ok(dir) => dir,
                 Err(Blocked::Missing(_)) => continue,
                 Err(Blocked::Io(e)) => return Err(io_err("opening the target of", shown, e)),
-                Err(_) => return Err(refuse("its target is or goes through a symlink")),
+                Err(_) => return Err(refuse("hard link target is or goes through a symlink")),
             };
             match kind_at(dir.as_fd(), tlast) {
                 Ok(None) => continue,
@@ -379,12 +377,12 @@ impl Unpacker<'_> {
                     source = Some(dir);
                     break;
                 }
-                Ok(Some(Kind::Symlink)) => return Err(refuse("its target is a symlink")),
-                Ok(Some(_)) => return Err(refuse("its target is not a regular file")),
+                Ok(Some(Kind::Symlink)) => return Err(refuse("hard link target is a symlink")),
+                Ok(Some(_)) => return Err(refuse("hard link target is not a regular file")),
                 Err(e) => return Err(io_err("inspecting the target of", shown, e)),
             }
         }
-        let source = source.ok_or_else(|| refuse("its target does not exist"))?;
+        let source = source.ok_or_else(|| refuse("hard link target does not exist"))?;
         let (parent, last) = self.place(shown, comps)?;
         self.clear(shown, parent.as_fd(), last)?;
         let fail = |e| io_err("linking", shown, e);
@@ -392,7 +390,7 @@ impl Unpacker<'_> {
         // The target could have been swapped between the check and the link: check what got linked.
         if kind_at(parent.as_fd(), last).map_err(fail)? != Some(Kind::File) {
             let _ = remove_tree(parent.as_fd(), last);
-            return Err(refuse("its target is not a regular file"));
+            return Err(refuse("hard link target is not a regular file"));
         }
         Ok(())
     }

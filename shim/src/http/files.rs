@@ -144,54 +144,28 @@ impl Resume {
 }
 
 async fn put(
-    mut body: Incoming,
+    body: Incoming,
     dir: PathBuf,
     opts: Options,
     idle: Duration,
     slot: OwnedSemaphorePermit,
 ) -> Result<Response<Body>, Error> {
-    let (tx, rx) = mpsc::channel::<Bytes>(4);
-    let extract = tokio::task::spawn_blocking(move || {
+    let handle = Handle::current();
+    let (result, body_err) = crate::blocking::run(move || {
         let _slot = slot;
-        let mut reader = ChannelReader {
-            rx,
+        let mut reader = BodyReader {
+            body,
+            handle,
+            idle,
             current: Bytes::new(),
+            failed: None,
         };
         // `dyn`: one copy of the extraction for uploads and pulls (binary size).
-        files::extract_with(&mut reader as &mut dyn Read, &dir, &opts)
-    });
-    let mut body_err = None;
-    loop {
-        let frame = match tokio::time::timeout(idle, body.frame()).await {
-            Ok(Some(frame)) => frame,
-            Ok(None) => break,
-            Err(_) => {
-                body_err = Some(format!(
-                    "no body bytes for {idle:?} (STEPSHIM_FILES_IDLE_TIMEOUT); upload abandoned"
-                ));
-                break;
-            }
-        };
-        match frame {
-            Ok(f) => {
-                if let Ok(data) = f.into_data()
-                    && tx.send(data).await.is_err()
-                {
-                    break; // the extractor stopped (error or end of archive)
-                }
-            }
-            Err(e) => {
-                body_err = Some(format!("reading the tar body: {e}"));
-                break;
-            }
-        }
-    }
-    // The extractor sees the end of the stream: without the end-of-archive marker it refuses it
-    // and removes its staging directory.
-    drop(tx);
-    let result = extract
-        .await
-        .map_err(|e| Error::internal("extracting", io::Error::other(e)))?;
+        let result = files::extract_with(&mut reader as &mut dyn Read, &dir, &opts);
+        (result, reader.failed)
+    })
+    .await
+    .ok_or_else(|| Error::internal("extracting", io::Error::other("the extraction failed")))?;
     match (result, body_err) {
         // A stream complete up to its end marker was committed, whatever came after it.
         (Ok(_), _) => Ok(empty(StatusCode::NO_CONTENT)),
@@ -207,13 +181,13 @@ async fn get(
     slot: OwnedSemaphorePermit,
 ) -> Result<Response<Body>, Error> {
     let p = path.clone();
-    let (source, validator) = tokio::task::spawn_blocking(move || {
+    let (source, validator) = crate::blocking::run(move || {
         let source = files::prepare_archive(&p)?;
         let validator = source.validator()?;
         Ok::<_, FilesError>((source, validator))
     })
     .await
-    .map_err(|e| Error::internal("archiving", io::Error::other(e)))??;
+    .ok_or_else(|| Error::internal("archiving", io::Error::other("the archiving failed")))??;
     if let Some(want) = &resume.etag
         && *want != validator.etag
     {
@@ -232,7 +206,7 @@ async fn get(
     let expect = resume.etag.is_some().then(|| validator.clone());
     let (tx, rx) = mpsc::channel(2);
     let handle = Handle::current();
-    tokio::task::spawn_blocking(move || {
+    crate::blocking::detach(Box::new(move || {
         let _slot = slot;
         let out = ChannelWriter {
             tx: tx.clone(),
@@ -254,7 +228,7 @@ async fn get(
             let err = Err(io::Error::other(e.to_string()));
             let _ = handle.block_on(tokio::time::timeout(idle, tx.send(err)));
         }
-    });
+    }));
     let mut r = Response::new(ChannelBody(rx).boxed());
     let h = r.headers_mut();
     h.insert(
@@ -275,18 +249,41 @@ async fn get(
     Ok(r)
 }
 
-/// Blocking `Read` over body chunks sent by the async side.
-struct ChannelReader {
-    rx: mpsc::Receiver<Bytes>,
+/// Blocking `Read` over the request body, each frame awaited on the runtime from the blocking
+/// thread (no channel and no forwarding task between them). A body that fails or does not move
+/// for `idle` reads as its end, with the reason kept in `failed`: the extraction then refuses the
+/// stream as truncated and leaves nothing.
+struct BodyReader {
+    body: Incoming,
+    handle: Handle,
+    idle: Duration,
     current: Bytes,
+    failed: Option<String>,
 }
 
-impl Read for ChannelReader {
+impl Read for BodyReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         while self.current.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(b) => self.current = b,
-                None => return Ok(0),
+            if self.failed.is_some() {
+                return Ok(0);
+            }
+            let idle = self.idle;
+            let frame = self
+                .handle
+                .block_on(tokio::time::timeout(idle, self.body.frame()));
+            match frame {
+                Ok(Some(Ok(f))) => {
+                    if let Ok(data) = f.into_data() {
+                        self.current = data;
+                    }
+                }
+                Ok(None) => return Ok(0),
+                Ok(Some(Err(e))) => self.failed = Some(format!("reading the tar body: {e}")),
+                Err(_) => {
+                    self.failed = Some(format!(
+                        "no body bytes for {idle:?} (STEPSHIM_FILES_IDLE_TIMEOUT); upload abandoned"
+                    ))
+                }
             }
         }
         let n = buf.len().min(self.current.len());

@@ -12,6 +12,7 @@ mod process;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use crate::{debug, warn};
@@ -205,25 +206,25 @@ async fn connection(
     tokio::pin!(conn);
     let auth_deadline = tokio::time::sleep(limits.auth_timeout);
     tokio::pin!(auth_deadline);
-    let ended = tokio::select! {
-        r = &mut conn => r,
-        _ = slot.evict.notified() => {
+    let evicted = slot.evict.notified();
+    tokio::pin!(evicted);
+    // One hand-written poll instead of `select!` (smaller): the connection, its eviction, and the
+    // authentication deadline, which stops mattering once a request passed authentication.
+    let ended = std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = conn.as_mut().poll(cx) {
+            return Poll::Ready(r);
+        }
+        if evicted.as_mut().poll(cx).is_ready() {
             debug!(%peer, "connection evicted at the connection cap");
-            Ok(())
+            return Poll::Ready(Ok(()));
         }
-        _ = &mut auth_deadline, if !slot.authed.load(Ordering::Acquire) => {
-            if slot.authed.load(Ordering::Acquire) {
-                // Authenticated in the same instant: serve on.
-                tokio::select! {
-                    r = &mut conn => r,
-                    _ = slot.evict.notified() => Ok(()),
-                }
-            } else {
-                debug!(%peer, "connection closed: no valid token within the deadline");
-                Ok(())
-            }
+        if !slot.authed.load(Ordering::Acquire) && auth_deadline.as_mut().poll(cx).is_ready() {
+            debug!(%peer, "connection closed: no valid token within the deadline");
+            return Poll::Ready(Ok(()));
         }
-    };
+        Poll::Pending
+    })
+    .await;
     if let Err(e) = ended {
         debug!(%peer, cause = %e, "connection ended with an error");
     }
