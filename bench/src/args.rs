@@ -95,6 +95,14 @@ pub struct ClusterArgs {
     /// Directory for results.json, results.md and the chart.
     #[arg(long)]
     pub results: Option<PathBuf>,
+    /// MiB of the artifact scenario (pod to pod: a direct pull, through the controller, a kubectl
+    /// exec tar pipeline; then four inputs at once), run after the others; 0 skips it. Its results
+    /// go to artifacts.md and artifacts.json.
+    #[arg(long, default_value_t = 0)]
+    pub artifacts_mib: u64,
+    /// Run only the artifact scenario (1024 MiB unless --artifacts-mib says otherwise).
+    #[arg(long)]
+    pub artifacts_only: bool,
 }
 
 /// `scale`

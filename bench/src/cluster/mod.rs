@@ -4,6 +4,8 @@
 //! an SVG chart. Fails if the shim path lost a byte or got an exit status wrong.
 
 mod apiserver;
+mod artifacts;
+mod artifacts_report;
 mod faults;
 mod paths;
 mod report;
@@ -108,6 +110,9 @@ async fn setup(args: &ClusterArgs) -> Result<(Runtime, Env)> {
 
 /// Runs the cluster benchmark.
 pub async fn run(args: &ClusterArgs) -> Result<i32> {
+    if args.artifacts_only {
+        return artifacts::run(args).await;
+    }
     let started = Instant::now();
     let (rt, mut env) = setup(args).await?;
     eprintln!(
@@ -159,6 +164,9 @@ pub async fn run(args: &ClusterArgs) -> Result<i32> {
     if shim_bad > 0 {
         eprintln!("bench: FAIL: {shim_bad} shim-path runs lost bytes or got a wrong exit status");
         return Ok(1);
+    }
+    if args.artifacts_mib > 0 {
+        return artifacts::run(args).await;
     }
     Ok(0)
 }
