@@ -59,8 +59,8 @@ pub async fn run(args: &ClusterArgs) -> Result<i32> {
         namespaces.create(&Default::default(), &n).await?;
     }
     crate::access::wait_default_service_account(&client, &args.namespace).await?;
-    let key = Key::from_bytes(rand::random::<[u8; 32]>().to_vec())
-        .map_err(|_| anyhow::anyhow!("key"))?;
+    let key =
+        Key::from_bytes(rand::random::<[u8; 32]>().to_vec()).map_err(|_| anyhow::anyhow!("key"))?;
     let tc = TargetConfig {
         kubeconfig: args.kubeconfig.clone(),
         namespace: args.namespace.clone(),
@@ -82,7 +82,9 @@ pub async fn run(args: &ClusterArgs) -> Result<i32> {
             },
         );
         spec.build = Some("bench-artifacts".into());
-        rt.create(&spec).await.with_context(|| format!("creating {name}"))?;
+        rt.create(&spec)
+            .await
+            .with_context(|| format!("creating {name}"))?;
     }
     let result = async {
         let ips = try_join_all(
@@ -167,16 +169,18 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
                     } else {
                         How::Controller
                     };
-                    let c =
-                        transfer::copy(&src.shim, &format!("{ART}/"), &dst.shim, &to, &id, how)
-                            .await?;
+                    let c = transfer::copy(&src.shim, &format!("{ART}/"), &dst.shim, &to, &id, how)
+                        .await?;
                     if method == Method::Direct && !c.direct {
-                        bail!("the direct pull fell back to the controller: {:?}", c.fallback);
+                        bail!(
+                            "the direct pull fell back to the controller: {:?}",
+                            c.fallback
+                        );
                     }
                     Ok(c.bytes)
                 }
                 // The same tree: the direct pull's stream length stands for its size.
-                Method::Exec => exec_pipeline(args, &src.name, &dst.name, &to)
+                Method::Exec | Method::Idle => exec_pipeline(args, &src.name, &dst.name, &to)
                     .await
                     .map(|()| rows.first().map_or(0, |r: &Row| r.bytes)),
             }
@@ -235,8 +239,15 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
         let to = format!("{IN}/par/in{i}");
         let id = format!("bench-par{i}-{}", rand::random::<u32>());
         async move {
-            let c = transfer::copy(&s.shim, &format!("{ART}/"), &dst.shim, &to, &id, How::Direct)
-                .await?;
+            let c = transfer::copy(
+                &s.shim,
+                &format!("{ART}/"),
+                &dst.shim,
+                &to,
+                &id,
+                How::Direct,
+            )
+            .await?;
             anyhow::Ok((c, Instant::now()))
         }
     }))

@@ -101,7 +101,9 @@ fn row(r: &Report, m: Method) -> Option<&Row> {
 }
 
 fn mib(b: Option<u64>) -> String {
-    b.map_or("-".into(), |b| format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20)))
+    b.map_or("-".into(), |b| {
+        format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20))
+    })
 }
 
 /// The markdown report.

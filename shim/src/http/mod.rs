@@ -319,7 +319,11 @@ async fn dispatch(
         }
         Route::Metrics => {
             only(Method::GET, "GET")?;
-            let mut r = Response::new(body::full(app.metrics.render(&app.table, &app.grants, &app.pulls)));
+            let mut r = Response::new(body::full(app.metrics.render(
+                &app.table,
+                &app.grants,
+                &app.pulls,
+            )));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

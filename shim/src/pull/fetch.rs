@@ -220,7 +220,10 @@ impl<'a> Fetch<'a> {
                 self.got += n as u64;
                 self.failures = 0;
                 self.pull.lock().bytes = self.got;
-                self.pull.counters.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                self.pull
+                    .counters
+                    .bytes
+                    .fetch_add(n as u64, Ordering::Relaxed);
                 Ok(n)
             }
             Err(e) => {
