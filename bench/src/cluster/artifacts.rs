@@ -29,7 +29,7 @@ use crate::args::ClusterArgs;
 
 /// Small files in the full-size artifact (inputs a fraction of its size get that fraction).
 const SMALL_FILES: u64 = 10_000;
-/// Bytes of each small file.
+/// Bytes of each small file (text: the step image's busybox has no `split`, so awk writes them).
 const SMALL_BYTES: u64 = 2048;
 /// The host's side of the pod bridge (tests/cluster's CNI configuration).
 const BRIDGE: &str = "cni0";
@@ -137,10 +137,12 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
             &p.shim,
             &format!(
                 "set -e; rm -rf {ART}; mkdir -p {ART}/small; cd {ART}/small
-                 head -c {} /dev/urandom | split -b {SMALL_BYTES} -a 5 - f
+                 awk -v n={small} 'BEGIN {{ srand(); for (i = 0; i < n; i++) {{
+                     f = sprintf(\"f%05d\", i); s = \"\"
+                     while (length(s) < {SMALL_BYTES}) s = s rand()
+                     printf \"%s\\n\", substr(s, 1, {SMALL_BYTES} - 1) > f; close(f) }} }}'
                  head -c {big} /dev/urandom > {ART}/big.bin
                  {}",
-                small * SMALL_BYTES,
                 digest_of(ART)
             ),
         )
@@ -160,6 +162,7 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
         let to = format!("{IN}/{}", method.dir());
         let id = format!("bench-{}", rand::random::<u32>());
         let (cpu0, children0, bridge0) = (cpu_secs(false), cpu_secs(true), bridge_bytes());
+        let (src0, dst0) = (shim_cpu(&src.shim).await?, shim_cpu(&dst.shim).await?);
         let t = Instant::now();
         let (moved, cost) = measured(probe, async {
             match method {
@@ -193,6 +196,10 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
             cpu_secs(false) - cpu0
         };
         let bridge = bridge_bytes().zip(bridge0).map(|(a, b)| a - b);
+        let shims_cpu = [
+            shim_cpu(&src.shim).await? - src0,
+            shim_cpu(&dst.shim).await? - dst0,
+        ];
         let bytes = moved.with_context(|| format!("{method:?}"))?;
         let ok = sh(&dst.shim, &digest_of(&to)).await? == digests[0];
         sh(&dst.shim, &format!("rm -rf {to}")).await?;
@@ -209,6 +216,7 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
             secs,
             mb_per_s: bytes as f64 / secs / 1e6,
             controller_cpu_secs: controller_cpu,
+            shims_cpu_secs: shims_cpu,
             bridge_bytes: bridge,
             apiserver: cost,
             ok,
@@ -228,12 +236,33 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
         secs: idle_secs,
         mb_per_s: 0.0,
         controller_cpu_secs: cpu_secs(false) - cpu0,
+        shims_cpu_secs: [0.0; 2],
         bridge_bytes: bridge_bytes().zip(bridge0).map(|(a, b)| a - b),
         apiserver: idle,
         ok: true,
     };
     rows.push(idle_row);
-    // Four inputs at once into one pod, as `stepctl run --input` pulls them.
+    // The four inputs one after another, then at once into one pod (as `stepctl run --input`
+    // pulls them), with the destination shim's CPU seconds for each way.
+    let dst0 = shim_cpu(&dst.shim).await?;
+    let t = Instant::now();
+    for (i, s) in sources.iter().enumerate() {
+        let to = format!("{IN}/seq/in{i}");
+        let id = format!("bench-seq{i}-{}", rand::random::<u32>());
+        transfer::copy(
+            &s.shim,
+            &format!("{ART}/"),
+            &dst.shim,
+            &to,
+            &id,
+            How::Direct,
+        )
+        .await?;
+    }
+    let sequential_secs = t.elapsed().as_secs_f64();
+    let sequential_dst_cpu = shim_cpu(&dst.shim).await? - dst0;
+    sh(&dst.shim, &format!("rm -rf {IN}/seq")).await?;
+    let dst0 = shim_cpu(&dst.shim).await?;
     let t = Instant::now();
     let copies = try_join_all(sources.iter().enumerate().map(|(i, s)| {
         let to = format!("{IN}/par/in{i}");
@@ -253,6 +282,7 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
     }))
     .await?;
     let secs = t.elapsed().as_secs_f64();
+    let parallel_dst_cpu = shim_cpu(&dst.shim).await? - dst0;
     let mut ok = copies.iter().all(|(c, _)| c.direct);
     for (i, d) in digests.iter().enumerate() {
         ok &= sh(&dst.shim, &digest_of(&format!("{IN}/par/in{i}"))).await? == *d;
@@ -267,6 +297,8 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
             .map(|(_, end)| end.duration_since(t).as_secs_f64())
             .collect(),
         largest_alone_secs: rows[0].secs,
+        sequential_secs,
+        dst_cpu_secs: [sequential_dst_cpu, parallel_dst_cpu],
         ok,
     };
     eprintln!(
@@ -345,6 +377,18 @@ async fn exec_pipeline(args: &ClusterArgs, src: &str, dst: &str, to: &str) -> Re
         bail!("the kubectl exec pipeline failed: {status}");
     }
     Ok(())
+}
+
+/// CPU seconds a pod's shim has used: its PID 1's `/proc/1/stat`, read through the shim itself.
+async fn shim_cpu(shim: &ShimClient) -> Result<f64> {
+    let stat = sh(shim, "cat /proc/1/stat").await?;
+    // Fields after the ")" that ends the command name: utime is field 14, stime 15.
+    let rest = stat.rsplit_once(") ").map_or("", |r| r.1);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    Ok((f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0)
 }
 
 /// CPU seconds of this process, or of its reaped children.

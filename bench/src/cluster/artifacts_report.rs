@@ -58,6 +58,9 @@ pub struct Row {
     pub mb_per_s: f64,
     /// CPU seconds of the controller (this process; the kubectl children for `exec`).
     pub controller_cpu_secs: f64,
+    /// CPU seconds of the source's and the destination's shim (their PID 1; for `exec`, the
+    /// shims only idle: the tar processes run beside them).
+    pub shims_cpu_secs: [f64; 2],
     /// Bytes the host received and sent on the pod bridge meanwhile.
     pub bridge_bytes: Option<u64>,
     /// kube-apiserver's cost.
@@ -79,6 +82,10 @@ pub struct Parallel {
     pub each_secs: Vec<f64>,
     /// The largest input pulled alone (the direct row), seconds.
     pub largest_alone_secs: f64,
+    /// The four pulled one after another, seconds.
+    pub sequential_secs: f64,
+    /// The destination shim's CPU seconds: one after another, at once.
+    pub dst_cpu_secs: [f64; 2],
     /// Whether all four went directly and equal their sources.
     pub ok: bool,
 }
@@ -116,12 +123,12 @@ pub fn markdown(r: &Report) -> String {
     );
     let _ = writeln!(
         s,
-        "| path | MB/s | seconds | controller CPU s | host bytes on the pod bridge | apiserver CPU s | content |\n|---|---|---|---|---|---|---|"
+        "| path | MB/s | seconds | controller CPU s | source / destination shim CPU s | host bytes on the pod bridge | apiserver CPU s | content |\n|---|---|---|---|---|---|---|---|"
     );
     for x in &r.rows {
         let _ = writeln!(
             s,
-            "| {} | {} | {:.1} | {:.2} | {} | {:.2} | {} |",
+            "| {} | {} | {:.1} | {:.2} | {:.2} / {:.2} | {} | {:.2} | {} |",
             x.method.label(),
             if x.method == Method::Idle {
                 "-".into()
@@ -130,6 +137,8 @@ pub fn markdown(r: &Report) -> String {
             },
             x.secs,
             x.controller_cpu_secs,
+            x.shims_cpu_secs[0],
+            x.shims_cpu_secs[1],
             mib(x.bridge_bytes),
             x.apiserver.cpu_secs,
             if x.method == Method::Idle {
@@ -145,11 +154,15 @@ pub fn markdown(r: &Report) -> String {
     let ends: Vec<String> = p.each_secs.iter().map(|e| format!("{e:.1}")).collect();
     let _ = writeln!(
         s,
-        "\nFour inputs of {:?} MiB pulled into one pod at once: {:.1} s (each ended at {} s), the \
-         largest alone {:.1} s: {:.2}x{}.",
+        "\nFour inputs of {:?} MiB pulled into one pod at once: {:.1} s (each ended at {} s; the \
+         destination shim {:.2} CPU s), one after another {:.1} s ({:.2} CPU s), the largest alone \
+         {:.1} s: at once {:.2}x the largest alone{}.",
         p.inputs_mib,
         p.secs,
         ends.join(", "),
+        p.dst_cpu_secs[1],
+        p.sequential_secs,
+        p.dst_cpu_secs[0],
         p.largest_alone_secs,
         p.secs / p.largest_alone_secs,
         if p.ok { "" } else { " (CONTENT DIFFERS)" }
