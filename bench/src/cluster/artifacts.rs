@@ -20,9 +20,9 @@ use controller::token::Key;
 use controller::transfer::{self, How};
 use futures_util::future::try_join_all;
 use k8s_openapi::api::core::v1::Namespace;
-use protocol::{FrameType, SpawnRequest};
 
 use super::apiserver::{Probe, find_pid};
+use super::artifacts_probe::{bridge_bytes, cpu_secs, digest_of, sh, shim_cpu};
 use super::artifacts_report::{self, Method, Parallel, Report, Row};
 use super::scenarios::measured;
 use crate::args::ClusterArgs;
@@ -31,8 +31,6 @@ use crate::args::ClusterArgs;
 const SMALL_FILES: u64 = 10_000;
 /// Bytes of each small file (text: the step image's busybox has no `split`, so awk writes them).
 const SMALL_BYTES: u64 = 2048;
-/// The host's side of the pod bridge (tests/cluster's CNI configuration).
-const BRIDGE: &str = "cni0";
 /// Where an artifact lives in its source pod, and where copies land in the destination.
 const ART: &str = "/work/art";
 const IN: &str = "/work/in";
@@ -320,41 +318,6 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
     })
 }
 
-/// A shell line printing one digest over every file's SHA-256 under `dir`, in name order.
-fn digest_of(dir: &str) -> String {
-    format!("cd {dir} && find . -type f | sort | xargs sha256sum | sha256sum | cut -d' ' -f1")
-}
-
-/// Runs `sh -c script` in a pod through its shim; its stdout, or an error with its stderr.
-async fn sh(shim: &ShimClient, script: &str) -> Result<String> {
-    let id = format!("art-{:08x}", rand::random::<u32>());
-    let spec = SpawnRequest {
-        path: "/bin/sh".into(),
-        args: vec!["-c".into(), script.into()],
-        ..Default::default()
-    };
-    shim.spawn(&id, &spec).await.context("spawn")?;
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let attached = shim
-        .attach(&id, 0, 20, |kind, data| {
-            if kind == FrameType::Stdout {
-                out.extend_from_slice(&data);
-            } else {
-                err.extend_from_slice(&data);
-            }
-        })
-        .await?;
-    let _ = shim.delete(&id, true).await;
-    if attached.exit.status != 0 {
-        bail!(
-            "`{script}` exited {}: {}",
-            attached.exit.status,
-            String::from_utf8_lossy(&err)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out).trim().to_owned())
-}
-
 /// `kubectl exec SRC -- tar c | kubectl exec -i DST -- tar x`, as an exec-based runtime streams.
 async fn exec_pipeline(args: &ClusterArgs, src: &str, dst: &str, to: &str) -> Result<()> {
     let kubectl = {
@@ -377,44 +340,4 @@ async fn exec_pipeline(args: &ClusterArgs, src: &str, dst: &str, to: &str) -> Re
         bail!("the kubectl exec pipeline failed: {status}");
     }
     Ok(())
-}
-
-/// CPU seconds a pod's shim has used: its PID 1's `/proc/1/stat`, read through the shim itself.
-async fn shim_cpu(shim: &ShimClient) -> Result<f64> {
-    let stat = sh(shim, "cat /proc/1/stat").await?;
-    // Fields after the ")" that ends the command name: utime is field 14, stime 15.
-    let rest = stat.rsplit_once(") ").map_or("", |r| r.1);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0.0))
-        .collect();
-    Ok((f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0)
-}
-
-/// CPU seconds of this process, or of its reaped children.
-fn cpu_secs(children: bool) -> f64 {
-    use nix::sys::resource::{UsageWho, getrusage};
-    let who = if children {
-        UsageWho::RUSAGE_CHILDREN
-    } else {
-        UsageWho::RUSAGE_SELF
-    };
-    getrusage(who)
-        .map(|u| {
-            let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
-            t(u.user_time()) + t(u.system_time())
-        })
-        .unwrap_or(0.0)
-}
-
-/// Bytes received plus sent by the host on the pod bridge, if there is one.
-fn bridge_bytes() -> Option<u64> {
-    let read = |what: &str| -> Option<u64> {
-        std::fs::read_to_string(format!("/sys/class/net/{BRIDGE}/statistics/{what}"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    };
-    Some(read("rx_bytes")? + read("tx_bytes")?)
 }

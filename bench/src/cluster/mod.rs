@@ -5,6 +5,7 @@
 
 mod apiserver;
 mod artifacts;
+mod artifacts_probe;
 mod artifacts_report;
 mod faults;
 mod paths;
