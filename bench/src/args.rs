@@ -105,6 +105,14 @@ pub struct ClusterArgs {
     /// caller like stepctl runs, or the multi-thread runtime the other scenarios use.
     #[arg(long, value_enum, default_value = "current-thread")]
     pub latency_runtime: LatencyRuntime,
+    /// MiB of the artifact scenario (pod to pod: a direct pull, through the controller, a kubectl
+    /// exec tar pipeline; then four inputs at once), run after the others; 0 skips it. Its results
+    /// go to artifacts.md and artifacts.json.
+    #[arg(long, default_value_t = 0)]
+    pub artifacts_mib: u64,
+    /// Run only the artifact scenario (1024 MiB unless --artifacts-mib says otherwise).
+    #[arg(long)]
+    pub artifacts_only: bool,
 }
 
 /// Which tokio runtime the latency scenario's clients run on.

@@ -9,6 +9,7 @@
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use protocol::artifacts::{Grant, GrantRequest};
@@ -23,6 +24,9 @@ pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 pub struct Grants {
     max: usize,
     inner: Mutex<Inner>,
+    /// Requests with a grant's token refused since boot (expired, used up, another route or path),
+    /// for `/metrics`.
+    pub refused: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -70,6 +74,7 @@ impl Grants {
         Grants {
             max,
             inner: Mutex::new(Inner::default()),
+            refused: AtomicU64::new(0),
         }
     }
 
@@ -116,6 +121,18 @@ impl Grants {
         Ok(report)
     }
 
+    /// Grants neither expired, used up nor revoked.
+    pub fn live(&self) -> usize {
+        let now = Instant::now();
+        self.lock().list.iter().filter(|g| g.live(now)).count()
+    }
+
+    /// Counts one refused request bearing a grant's token; returns `err`.
+    pub fn refuse(&self, err: Error) -> Error {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        err
+    }
+
     /// Every grant not revoked.
     pub fn list(&self) -> Vec<Grant> {
         let now = Instant::now();
@@ -150,10 +167,10 @@ impl Grants {
                 path: g.path.clone(),
             })
         } else {
-            Err(Error::GrantInvalid(format!(
+            Err(self.refuse(Error::GrantInvalid(format!(
                 "grant {} has expired or is used up",
                 g.id
-            )))
+            ))))
         })
     }
 

@@ -5,6 +5,8 @@ use std::fmt::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+use crate::grants::Grants;
+use crate::pull::Pulls;
 use crate::table::Table;
 
 /// Request and stream counters; process and byte figures come from the table at render time.
@@ -68,7 +70,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition.
-    pub fn render(&self, table: &Table) -> String {
+    pub fn render(&self, table: &Table, grants: &Grants, pulls: &Pulls) -> String {
         let (running, exited) = table.counts();
         let mut out = String::with_capacity(2048);
         let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, String)]| {
@@ -145,6 +147,32 @@ impl Metrics {
             "counter",
             "Requests answered, by route and status.",
             &refs,
+        );
+        // Grants and pulls in one write: one format string costs the binary least.
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let c = &pulls.counters;
+        let _ = write!(
+            out,
+            "# HELP stepshim_grants Grants neither expired, used up nor revoked.\n\
+             # TYPE stepshim_grants gauge\nstepshim_grants {}\n\
+             # HELP stepshim_grant_refused_total Requests with a grant's token refused.\n\
+             # TYPE stepshim_grant_refused_total counter\nstepshim_grant_refused_total {}\n\
+             # HELP stepshim_pulls_total Pulls started, done and failed.\n\
+             # TYPE stepshim_pulls_total counter\n\
+             stepshim_pulls_total{{state=\"started\"}} {}\n\
+             stepshim_pulls_total{{state=\"done\"}} {}\n\
+             stepshim_pulls_total{{state=\"failed\"}} {}\n\
+             # HELP stepshim_pull_bytes_total Stream bytes received by pulls.\n\
+             # TYPE stepshim_pull_bytes_total counter\nstepshim_pull_bytes_total {}\n\
+             # HELP stepshim_pull_resumes_total Pull connections resumed after a cut.\n\
+             # TYPE stepshim_pull_resumes_total counter\nstepshim_pull_resumes_total {}\n",
+            grants.live(),
+            n(&grants.refused),
+            n(&c.started),
+            n(&c.done),
+            n(&c.failed),
+            n(&c.bytes),
+            n(&c.resumes),
         );
         out
     }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::net::{Shutdown, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,23 @@ pub struct Settings {
 pub struct Pulls {
     settings: Settings,
     map: Mutex<HashMap<String, Arc<Pull>>>,
+    /// Since boot, for `/metrics`.
+    pub counters: Arc<Counters>,
+}
+
+/// What pulls did since boot (`/metrics`): each pull adds as it goes.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Pulls started.
+    pub started: AtomicU64,
+    /// Pulls done.
+    pub done: AtomicU64,
+    /// Pulls failed or cancelled.
+    pub failed: AtomicU64,
+    /// Stream bytes received.
+    pub bytes: AtomicU64,
+    /// Connections resumed.
+    pub resumes: AtomicU64,
 }
 
 /// One pull.
@@ -65,6 +82,8 @@ pub struct Pull {
     cancelled: AtomicBool,
     /// The connection being read, to shut down on `DELETE` (a read may block up to the idle timeout).
     socket: Mutex<Option<TcpStream>>,
+    /// The shim's pull counters.
+    counters: Arc<Counters>,
 }
 
 /// What a pull reports as it goes.
@@ -126,9 +145,11 @@ impl Pull {
         let state = match result {
             Ok(entries) => {
                 p.entries = Some(entries);
+                self.counters.done.fetch_add(1, Ordering::Relaxed);
                 PullState::Done
             }
             Err(why) => {
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 crate::warn!(pull = %self.id, cause = %why, "pull failed");
                 p.error = Some(why);
                 p.sha256 = None;
@@ -146,6 +167,7 @@ impl Pulls {
         Pulls {
             settings,
             map: Mutex::new(HashMap::new()),
+            counters: Arc::default(),
         }
     }
 
@@ -203,7 +225,9 @@ impl Pulls {
             state: watch::Sender::new(PullState::Running),
             cancelled: AtomicBool::new(false),
             socket: Mutex::new(None),
+            counters: self.counters.clone(),
         });
+        self.counters.started.fetch_add(1, Ordering::Relaxed);
         let (p, settings) = (pull.clone(), self.settings);
         tokio::task::spawn_blocking(move || run(&p, &source, &settings));
         map.insert(id.to_owned(), pull.clone());

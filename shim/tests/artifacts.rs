@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::artifacts::{grant, scratch, tree};
+use common::artifacts::{grant, sample, scratch, tree};
 use common::{Shim, cutting_proxy, error_code, raw};
 use http_body_util::BodyExt;
 use sha2::{Digest, Sha256};
@@ -155,6 +155,11 @@ async fn a_grant_token_reads_only_its_path_until_it_expires() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(protocol::ErrorCode::Unauthorized), "{err}");
+    // Refused with a grant's token: 4 paths and 5 routes (403), used up and expired (401); a
+    // revoked grant's token is no grant's any more. No grant is live now.
+    let m = shim.client.metrics().await.unwrap();
+    assert_eq!(sample(&m, "stepshim_grant_refused_total"), 11);
+    assert_eq!(sample(&m, "stepshim_grants"), 0);
     let _ = std::fs::remove_dir_all(&root);
 }
 

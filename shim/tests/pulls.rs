@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::artifacts::{grant, listing, pull_spec, scratch, tree};
+use common::artifacts::{grant, listing, pull_spec, sample, scratch, tree};
 use common::{Shim, cutting_proxy};
 use protocol::artifacts::{PullSpec, PullState};
 use sha2::{Digest, Sha256};
@@ -51,6 +51,18 @@ async fn a_pull_through_cut_connections_resumes_and_lands_whole() {
         Some(format!("{expected:x}").as_str())
     );
     assert_eq!(listing(&dst), listing(&src));
+    // The destination's counters saw one pull, its bytes and its resumes; the source one grant.
+    let m = dst_shim.client.metrics().await.unwrap();
+    assert_eq!(sample(&m, "stepshim_pulls_total{state=\"started\"}"), 1);
+    assert_eq!(sample(&m, "stepshim_pulls_total{state=\"done\"}"), 1);
+    assert_eq!(sample(&m, "stepshim_pulls_total{state=\"failed\"}"), 0);
+    assert_eq!(sample(&m, "stepshim_pull_bytes_total"), done.bytes);
+    assert_eq!(
+        sample(&m, "stepshim_pull_resumes_total"),
+        u64::from(done.resumes)
+    );
+    let m = src_shim.client.metrics().await.unwrap();
+    assert_eq!(sample(&m, "stepshim_grants"), 1);
     assert_eq!(dst_shim.client.pulls().await.unwrap().len(), 1);
     dst_shim.client.delete_pull("p1").await.unwrap();
     let _ = std::fs::remove_dir_all(&src);
@@ -200,6 +212,11 @@ async fn pulls_fail_clearly_and_extract_nothing() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert!(left.is_empty(), "{left:?}");
+    // Seven pulls started (the refused sources never did), seven failed, none done.
+    let m = dst_shim.client.metrics().await.unwrap();
+    assert_eq!(sample(&m, "stepshim_pulls_total{state=\"started\"}"), 7);
+    assert_eq!(sample(&m, "stepshim_pulls_total{state=\"failed\"}"), 7);
+    assert_eq!(sample(&m, "stepshim_pulls_total{state=\"done\"}"), 0);
     let _ = std::fs::remove_dir_all(&src);
     let _ = std::fs::remove_dir_all(&dst);
 }

@@ -5,6 +5,9 @@
 //! Fails if either shim path lost a byte or got an exit status wrong.
 
 mod apiserver;
+mod artifacts;
+mod artifacts_probe;
+mod artifacts_report;
 mod faults;
 mod paths;
 mod podcpu;
@@ -112,6 +115,9 @@ async fn setup(args: &ClusterArgs) -> Result<(Runtime, Env)> {
 
 /// Runs the cluster benchmark.
 pub async fn run(args: &ClusterArgs) -> Result<i32> {
+    if args.artifacts_only {
+        return artifacts::run(args).await;
+    }
     let started = Instant::now();
     let (rt, mut env) = setup(args).await?;
     eprintln!(
@@ -137,6 +143,9 @@ pub async fn run(args: &ClusterArgs) -> Result<i32> {
             "bench: FAIL: {shim_bad} runs on a shim path (direct or proxy) lost bytes or got a wrong exit status"
         );
         return Ok(1);
+    }
+    if args.artifacts_mib > 0 {
+        return artifacts::run(args).await;
     }
     Ok(0)
 }

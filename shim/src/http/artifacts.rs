@@ -31,7 +31,8 @@ pub fn grant_of(app: &App, bearer: Option<&[u8]>, proxy: Option<&[u8]>) -> Resul
     Err(Error::Unauthorized)
 }
 
-/// A grant token may only `GET /v1/files` with a path under its grant (one use counted).
+/// A grant token may only `GET /v1/files` with a path under its grant (one use counted); a refusal
+/// is counted for `/metrics`.
 pub fn check_granted(
     app: &App,
     granted: &Granted,
@@ -39,15 +40,16 @@ pub fn check_granted(
     method: &Method,
     q: &Query,
 ) -> Result<(), Error> {
-    if !matches!(route, Route::Files) || method != Method::GET {
-        return Err(Error::Forbidden(
+    let checked = if !matches!(route, Route::Files) || method != Method::GET {
+        Err(Error::Forbidden(
             "a grant token may only GET /v1/files".into(),
-        ));
-    }
-    let path = q
-        .get(protocol::query::PATH)
-        .ok_or_else(|| Error::BadRequest("path is required".into()))?;
-    app.grants.use_for(granted, path)
+        ))
+    } else {
+        q.get(protocol::query::PATH)
+            .ok_or_else(|| Error::BadRequest("path is required".into()))
+            .and_then(|path| app.grants.use_for(granted, path))
+    };
+    checked.map_err(|e| app.grants.refuse(e))
 }
 
 /// `/v1/grants`: `POST` registers, `GET` lists.

@@ -286,9 +286,9 @@ async fn dispatch(
     }
     authed.store(true, Ordering::Release);
     if granted.is_some() && route.is_err() {
-        return Err(Error::Forbidden(
+        return Err(app.grants.refuse(Error::Forbidden(
             "a grant token may only GET /v1/files".into(),
-        ));
+        )));
     }
     let route = match route {
         Ok(r) => r,
@@ -320,7 +320,11 @@ async fn dispatch(
         }
         Route::Metrics => {
             only(Method::GET, "GET")?;
-            let mut r = Response::new(body::full(app.metrics.render(&app.table)));
+            let mut r = Response::new(body::full(app.metrics.render(
+                &app.table,
+                &app.grants,
+                &app.pulls,
+            )));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

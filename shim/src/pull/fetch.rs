@@ -191,6 +191,7 @@ impl<'a> Fetch<'a> {
         }
         if self.got > 0 {
             self.pull.lock().resumes += 1;
+            self.pull.counters.resumes.fetch_add(1, Ordering::Relaxed);
         }
         self.etag = Some(etag);
         self.total = Some(total);
@@ -219,6 +220,10 @@ impl<'a> Fetch<'a> {
                 self.got += n as u64;
                 self.failures = 0;
                 self.pull.lock().bytes = self.got;
+                self.pull
+                    .counters
+                    .bytes
+                    .fetch_add(n as u64, Ordering::Relaxed);
                 Ok(n)
             }
             Err(e) => {

@@ -1,6 +1,6 @@
 //! Helpers of the artifact tests (`artifacts.rs`, `pulls.rs`): scratch directories, a tree with a
 //! large file, many small ones, a symlink and an executable, a listing of every path, kind, mode and
-//! content digest, and grant and pull request bodies.
+//! content digest, grant and pull request bodies, and samples of `/metrics`.
 #![allow(dead_code)] // each test crate uses its own part
 
 use std::os::unix::fs::PermissionsExt;
@@ -8,6 +8,15 @@ use std::path::{Path, PathBuf};
 
 use protocol::artifacts::{GrantRequest, PullSpec};
 use sha2::{Digest, Sha256};
+
+/// The value of sample `name` (with its labels, e.g. `stepshim_pulls_total{state="done"}`) in a
+/// `/metrics` text.
+pub fn sample(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{metrics}"))
+}
 
 /// A fresh directory under the system temp dir.
 pub fn scratch(name: &str) -> PathBuf {

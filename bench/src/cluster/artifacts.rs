@@ -1,0 +1,343 @@
+//! `stepshim-bench cluster --artifacts-mib N`: one artifact (one large file plus 10,000 small ones, N
+//! MiB in all) moved from one step pod into another three ways, one after the other into the same
+//! pods: a direct pull (a grant on the source, a pull by the destination's shim), streamed through
+//! the controller (`controller::transfer`, as `stepctl` does when pods cannot reach each other), and a
+//! `kubectl exec tar c | kubectl exec -i tar x` pipeline (what an exec-based runtime does). Each is
+//! measured for MB/s, the controller's CPU seconds (this process; for the pipeline, its two kubectl
+//! children), the bytes that crossed the host's own side of the pod bridge (the controller runs on
+//! the host: a byte it carries crosses it twice, a byte going pod to pod not at all), and
+//! kube-apiserver's CPU. An idle interval as long as the direct pull gives the noise floor. Then four
+//! inputs of N, N/2, N/4 and N/8 MiB from four pods are pulled into one pod at once, against the
+//! largest alone. Every copy is checked against its source by a digest of all its files.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use client::ShimClient;
+use controller::podspec::{Delivery, StepSpec};
+use controller::runtime::{Runtime, TargetConfig, kube_client};
+use controller::token::Key;
+use controller::transfer::{self, How};
+use futures_util::future::try_join_all;
+use k8s_openapi::api::core::v1::Namespace;
+
+use super::apiserver::{Probe, find_pid};
+use super::artifacts_probe::{bridge_bytes, cpu_secs, digest_of, sh, shim_cpu};
+use super::artifacts_report::{self, Method, Parallel, Report, Row};
+use super::scenarios::measured;
+use crate::args::ClusterArgs;
+
+/// Small files in the full-size artifact (inputs a fraction of its size get that fraction).
+const SMALL_FILES: u64 = 10_000;
+/// Bytes of each small file (text: the step image's busybox has no `split`, so awk writes them).
+const SMALL_BYTES: u64 = 2048;
+/// Where an artifact lives in its source pod, and where copies land in the destination.
+const ART: &str = "/work/art";
+const IN: &str = "/work/in";
+
+/// One step pod of the scenario.
+struct Pod {
+    name: String,
+    shim: ShimClient,
+}
+
+/// Runs the artifact scenario on its own pods and writes `artifacts.md` and `artifacts.json`.
+/// Returns 1 when a copy differed from its source.
+pub async fn run(args: &ClusterArgs) -> Result<i32> {
+    let mib = if args.artifacts_mib == 0 {
+        1024
+    } else {
+        args.artifacts_mib
+    };
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let namespaces: kube::Api<Namespace> = kube::Api::all(client.clone());
+    if namespaces.get_opt(&args.namespace).await?.is_none() {
+        let mut n = Namespace::default();
+        n.metadata.name = Some(args.namespace.clone());
+        namespaces.create(&Default::default(), &n).await?;
+    }
+    crate::access::wait_default_service_account(&client, &args.namespace).await?;
+    let key =
+        Key::from_bytes(rand::random::<[u8; 32]>().to_vec()).map_err(|_| anyhow::anyhow!("key"))?;
+    let tc = TargetConfig {
+        kubeconfig: args.kubeconfig.clone(),
+        namespace: args.namespace.clone(),
+        worker: "stepctl-bench-art".into(),
+    };
+    let rt = Runtime::connect(&tc, key).await?;
+    let _ = controller::gc::retire(&rt).await?;
+    let run_id = format!("{:06x}", rand::random::<u32>() >> 8);
+    let names: Vec<String> = ["dst", "src0", "src1", "src2", "src3"]
+        .iter()
+        .map(|r| format!("art-{run_id}-{r}"))
+        .collect();
+    for name in &names {
+        let mut spec = StepSpec::new(
+            name,
+            &args.step_image,
+            Delivery::InitContainer {
+                image: args.shim_image.clone(),
+            },
+        );
+        spec.build = Some("bench-artifacts".into());
+        rt.create(&spec)
+            .await
+            .with_context(|| format!("creating {name}"))?;
+    }
+    let result = async {
+        let ips = try_join_all(
+            names
+                .iter()
+                .map(|n| rt.wait_ready(n, Duration::from_secs(300), |_| {})),
+        )
+        .await?;
+        let pods = names
+            .iter()
+            .zip(&ips)
+            .map(|(n, ip)| {
+                Ok(Pod {
+                    name: n.clone(),
+                    shim: rt.shim_at(n, ip)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let probe = Probe::new(find_pid(args.apiserver_pid)?, client.clone());
+        scenario(args, &pods, &probe, mib).await
+    }
+    .await;
+    for n in &names {
+        let _ = rt.delete(n).await;
+    }
+    let report = result?;
+    let dir = args
+        .results
+        .clone()
+        .unwrap_or_else(|| "results/cluster".into());
+    artifacts_report::write(&dir, &report)?;
+    print!("{}", artifacts_report::markdown(&report));
+    let bad = report.rows.iter().filter(|r| !r.ok).count() + usize::from(!report.parallel.ok);
+    if bad > 0 {
+        eprintln!("bench: FAIL: {bad} artifact copies differ from their source");
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> Result<Report> {
+    let (dst, sources) = (&pods[0], &pods[1..]);
+    // Inputs of 1, 1/2, 1/4, 1/8 of the artifact; each source digests its own.
+    let started = Instant::now();
+    let digests = try_join_all(sources.iter().enumerate().map(|(i, p)| async move {
+        let bytes = (mib << 20) >> i;
+        let small = SMALL_FILES >> i;
+        let big = bytes.saturating_sub(small * SMALL_BYTES);
+        sh(
+            &p.shim,
+            &format!(
+                "set -e; rm -rf {ART}; mkdir -p {ART}/small; cd {ART}/small
+                 awk -v n={small} 'BEGIN {{ srand(); for (i = 0; i < n; i++) {{
+                     f = sprintf(\"f%05d\", i); s = \"\"
+                     while (length(s) < {SMALL_BYTES}) s = s rand()
+                     printf \"%s\\n\", substr(s, 1, {SMALL_BYTES} - 1) > f; close(f) }} }}'
+                 head -c {big} /dev/urandom > {ART}/big.bin
+                 {}",
+                digest_of(ART)
+            ),
+        )
+        .await
+    }))
+    .await?;
+    eprintln!(
+        "bench: artifacts of {mib}, {}, {}, {} MiB made in {:.1} s",
+        mib >> 1,
+        mib >> 2,
+        mib >> 3,
+        started.elapsed().as_secs_f64()
+    );
+    let src = &sources[0];
+    let mut rows = Vec::new();
+    for method in [Method::Direct, Method::Controller, Method::Exec] {
+        let to = format!("{IN}/{}", method.dir());
+        let id = format!("bench-{}", rand::random::<u32>());
+        let (cpu0, children0, bridge0) = (cpu_secs(false), cpu_secs(true), bridge_bytes());
+        let (src0, dst0) = (shim_cpu(&src.shim).await?, shim_cpu(&dst.shim).await?);
+        let t = Instant::now();
+        let (moved, cost) = measured(probe, async {
+            match method {
+                Method::Direct | Method::Controller => {
+                    let how = if method == Method::Direct {
+                        How::Direct
+                    } else {
+                        How::Controller
+                    };
+                    let c = transfer::copy(&src.shim, &format!("{ART}/"), &dst.shim, &to, &id, how)
+                        .await?;
+                    if method == Method::Direct && !c.direct {
+                        bail!(
+                            "the direct pull fell back to the controller: {:?}",
+                            c.fallback
+                        );
+                    }
+                    Ok(c.bytes)
+                }
+                // The same tree: the direct pull's stream length stands for its size.
+                Method::Exec | Method::Idle => exec_pipeline(args, &src.name, &dst.name, &to)
+                    .await
+                    .map(|()| rows.first().map_or(0, |r: &Row| r.bytes)),
+            }
+        })
+        .await;
+        let secs = t.elapsed().as_secs_f64();
+        let controller_cpu = if method == Method::Exec {
+            cpu_secs(true) - children0
+        } else {
+            cpu_secs(false) - cpu0
+        };
+        let bridge = bridge_bytes().zip(bridge0).map(|(a, b)| a - b);
+        let shims_cpu = [
+            shim_cpu(&src.shim).await? - src0,
+            shim_cpu(&dst.shim).await? - dst0,
+        ];
+        let bytes = moved.with_context(|| format!("{method:?}"))?;
+        let ok = sh(&dst.shim, &digest_of(&to)).await? == digests[0];
+        sh(&dst.shim, &format!("rm -rf {to}")).await?;
+        eprintln!(
+            "bench: {mib} MiB {method:?}: {:.0} MB/s, controller {controller_cpu:.2} CPU s, \
+             apiserver {:.2} CPU s{}",
+            bytes as f64 / secs / 1e6,
+            cost.cpu_secs,
+            if ok { "" } else { ", CONTENT DIFFERS" }
+        );
+        rows.push(Row {
+            method,
+            bytes,
+            secs,
+            mb_per_s: bytes as f64 / secs / 1e6,
+            controller_cpu_secs: controller_cpu,
+            shims_cpu_secs: shims_cpu,
+            bridge_bytes: bridge,
+            apiserver: cost,
+            ok,
+        });
+    }
+    // The noise floor: nothing moves for as long as the direct pull took.
+    let idle_secs = rows[0].secs;
+    let (cpu0, bridge0) = (cpu_secs(false), bridge_bytes());
+    let ((), idle) = measured(
+        probe,
+        tokio::time::sleep(Duration::from_secs_f64(idle_secs)),
+    )
+    .await;
+    let idle_row = Row {
+        method: Method::Idle,
+        bytes: 0,
+        secs: idle_secs,
+        mb_per_s: 0.0,
+        controller_cpu_secs: cpu_secs(false) - cpu0,
+        shims_cpu_secs: [0.0; 2],
+        bridge_bytes: bridge_bytes().zip(bridge0).map(|(a, b)| a - b),
+        apiserver: idle,
+        ok: true,
+    };
+    rows.push(idle_row);
+    // The four inputs one after another, then at once into one pod (as `stepctl run --input`
+    // pulls them), with the destination shim's CPU seconds for each way.
+    let dst0 = shim_cpu(&dst.shim).await?;
+    let t = Instant::now();
+    for (i, s) in sources.iter().enumerate() {
+        let to = format!("{IN}/seq/in{i}");
+        let id = format!("bench-seq{i}-{}", rand::random::<u32>());
+        transfer::copy(
+            &s.shim,
+            &format!("{ART}/"),
+            &dst.shim,
+            &to,
+            &id,
+            How::Direct,
+        )
+        .await?;
+    }
+    let sequential_secs = t.elapsed().as_secs_f64();
+    let sequential_dst_cpu = shim_cpu(&dst.shim).await? - dst0;
+    sh(&dst.shim, &format!("rm -rf {IN}/seq")).await?;
+    let dst0 = shim_cpu(&dst.shim).await?;
+    let t = Instant::now();
+    let copies = try_join_all(sources.iter().enumerate().map(|(i, s)| {
+        let to = format!("{IN}/par/in{i}");
+        let id = format!("bench-par{i}-{}", rand::random::<u32>());
+        async move {
+            let c = transfer::copy(
+                &s.shim,
+                &format!("{ART}/"),
+                &dst.shim,
+                &to,
+                &id,
+                How::Direct,
+            )
+            .await?;
+            anyhow::Ok((c, Instant::now()))
+        }
+    }))
+    .await?;
+    let secs = t.elapsed().as_secs_f64();
+    let parallel_dst_cpu = shim_cpu(&dst.shim).await? - dst0;
+    let mut ok = copies.iter().all(|(c, _)| c.direct);
+    for (i, d) in digests.iter().enumerate() {
+        ok &= sh(&dst.shim, &digest_of(&format!("{IN}/par/in{i}"))).await? == *d;
+    }
+    sh(&dst.shim, &format!("rm -rf {IN}/par")).await?;
+    let parallel = Parallel {
+        inputs_mib: (0..4).map(|i| mib >> i).collect(),
+        bytes: copies.iter().map(|(c, _)| c.bytes).sum(),
+        secs,
+        each_secs: copies
+            .iter()
+            .map(|(_, end)| end.duration_since(t).as_secs_f64())
+            .collect(),
+        largest_alone_secs: rows[0].secs,
+        sequential_secs,
+        dst_cpu_secs: [sequential_dst_cpu, parallel_dst_cpu],
+        ok,
+    };
+    eprintln!(
+        "bench: four inputs at once {secs:.1} s, the largest alone {:.1} s",
+        rows[0].secs
+    );
+    Ok(Report {
+        context: serde_json::json!({
+            "date": k8s_openapi::jiff::Timestamp::now().to_string(),
+            "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
+            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "small_files": SMALL_FILES,
+            "small_file_bytes": SMALL_BYTES,
+        }),
+        mib,
+        rows,
+        parallel,
+    })
+}
+
+/// `kubectl exec SRC -- tar c | kubectl exec -i DST -- tar x`, as an exec-based runtime streams.
+async fn exec_pipeline(args: &ClusterArgs, src: &str, dst: &str, to: &str) -> Result<()> {
+    let kubectl = {
+        let mut k = format!("kubectl -n {}", args.namespace);
+        if let Some(kc) = &args.kubeconfig {
+            k.push_str(&format!(" --kubeconfig {}", kc.display()));
+        }
+        k
+    };
+    let status = tokio::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -o pipefail; {kubectl} exec {src} -c step -- tar c -C {ART} . \
+             | {kubectl} exec -i {dst} -c step -- sh -c 'mkdir -p {to} && tar x -C {to}'"
+        ))
+        .status()
+        .await
+        .context("kubectl exec pipeline")?;
+    if !status.success() {
+        bail!("the kubectl exec pipeline failed: {status}");
+    }
+    Ok(())
+}
