@@ -105,7 +105,29 @@ pub struct ClusterArgs {
     /// caller like stepctl runs, or the multi-thread runtime the other scenarios use.
     #[arg(long, value_enum, default_value = "current-thread")]
     pub latency_runtime: LatencyRuntime,
+    /// Scenarios to run (default all): latency, podspawn, concurrency, throughput, faults.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// CPU request of each step pod, without a limit (`none`: no request, a BestEffort pod).
+    #[arg(long, default_value = "none")]
+    pub cpu_request: String,
 }
+
+impl ClusterArgs {
+    /// Whether `--only` leaves scenario `name` in.
+    pub fn runs(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o == name)
+    }
+
+    /// The pods' CPU request, if any.
+    pub fn cpu_request(&self) -> Option<&str> {
+        Some(self.cpu_request.as_str()).filter(|c| !c.is_empty() && *c != "none")
+    }
+}
+
+/// The scenarios `cluster --only` knows.
+pub const CLUSTER_SCENARIOS: [&str; 5] =
+    ["latency", "podspawn", "concurrency", "throughput", "faults"];
 
 /// Which tokio runtime the latency scenario's clients run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
