@@ -18,6 +18,8 @@ pub struct PodSpawn {
     pub spawns: u32,
     /// Microseconds per `/bin/true` (fork, exec, exit, wait by busybox `sh`), one per run.
     pub us_per_spawn: Vec<f64>,
+    /// Microseconds per subshell `( : )`: fork, exit and wait, no exec; one per run.
+    pub us_per_fork: Vec<f64>,
     /// Microseconds per iteration of the same loop running the builtin `:`, one per run.
     pub us_per_loop: Vec<f64>,
 }
@@ -48,14 +50,16 @@ pub async fn measure(env: &Env, spawns: u32, runs: usize) -> Result<PodSpawn> {
     let mut out = PodSpawn {
         spawns,
         us_per_spawn: Vec::new(),
+        us_per_fork: Vec::new(),
         us_per_loop: Vec::new(),
     };
     for r in 0..runs {
         let shim = &env.pods[r % env.pods.len()].shim;
         for (k, (body, n, into)) in [
             ("/bin/true", spawns, &mut out.us_per_spawn),
-            // The empty loop runs 20x as long to get well above the 10 ms tick.
-            (":", spawns * 20, &mut out.us_per_loop),
+            ("( : )", spawns, &mut out.us_per_fork),
+            // The empty loop runs 200x as often to get well above the 10 ms tick.
+            (":", spawns * 200, &mut out.us_per_loop),
         ]
         .into_iter()
         .enumerate()
