@@ -113,7 +113,31 @@ pub struct ClusterArgs {
     /// Run only the artifact scenario (1024 MiB unless --artifacts-mib says otherwise).
     #[arg(long)]
     pub artifacts_only: bool,
+    /// Scenarios to run (default all): latency, podspawn, concurrency, throughput, faults.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// CPU request of each step pod, without a limit, e.g. `100m` (a Burstable pod); `none`: no
+    /// request, a BestEffort pod (`cpu.shares` 2 under cgroup v1). Side by side the two measured
+    /// the same within noise (README, load test).
+    #[arg(long, default_value = "none")]
+    pub cpu_request: String,
 }
+
+impl ClusterArgs {
+    /// Whether `--only` leaves scenario `name` in.
+    pub fn runs(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o == name)
+    }
+
+    /// The pods' CPU request, if any.
+    pub fn cpu_request(&self) -> Option<&str> {
+        Some(self.cpu_request.as_str()).filter(|c| !c.is_empty() && *c != "none")
+    }
+}
+
+/// The scenarios `cluster --only` knows.
+pub const CLUSTER_SCENARIOS: [&str; 5] =
+    ["latency", "podspawn", "concurrency", "throughput", "faults"];
 
 /// Which tokio runtime the latency scenario's clients run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

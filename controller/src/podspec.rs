@@ -57,6 +57,10 @@ pub struct StepSpec {
     pub env: Vec<(String, String)>,
     /// CPU request and limit, e.g. `500m`.
     pub cpu: Option<String>,
+    /// CPU request without a limit (no CFS quota), e.g. `100m`; ignored when `cpu` is set. A pod
+    /// with a request is Burstable, so its cgroup gets `cpu.shares` in proportion to the request
+    /// instead of BestEffort's 2.
+    pub cpu_request: Option<String>,
     /// Memory request and limit, e.g. `1Gi`.
     pub memory: Option<String>,
     /// User id of the main container (the shim and, by default, every process).
@@ -89,6 +93,7 @@ impl StepSpec {
             step: None,
             env: Vec::new(),
             cpu: None,
+            cpu_request: None,
             memory: None,
             run_as_user: None,
             run_as_group: None,
@@ -190,20 +195,26 @@ pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str) -> Pod {
         value: Some(v.clone()),
         ..Default::default()
     }));
-    let resources = (spec.cpu.is_some() || spec.memory.is_some()).then(|| {
-        let mut q = BTreeMap::new();
-        if let Some(c) = &spec.cpu {
-            q.insert("cpu".to_owned(), Quantity(c.clone()));
-        }
-        if let Some(m) = &spec.memory {
-            q.insert("memory".to_owned(), Quantity(m.clone()));
-        }
-        ResourceRequirements {
-            requests: Some(q.clone()),
-            limits: Some(q),
-            ..Default::default()
-        }
-    });
+    let request_only = spec.cpu_request.as_ref().filter(|_| spec.cpu.is_none());
+    let resources =
+        (spec.cpu.is_some() || spec.memory.is_some() || request_only.is_some()).then(|| {
+            let mut q = BTreeMap::new();
+            if let Some(c) = &spec.cpu {
+                q.insert("cpu".to_owned(), Quantity(c.clone()));
+            }
+            if let Some(m) = &spec.memory {
+                q.insert("memory".to_owned(), Quantity(m.clone()));
+            }
+            let mut requests = q.clone();
+            if let Some(c) = request_only {
+                requests.insert("cpu".to_owned(), Quantity(c.clone()));
+            }
+            ResourceRequirements {
+                requests: Some(requests),
+                limits: (!q.is_empty()).then_some(q),
+                ..Default::default()
+            }
+        });
     let main = Container {
         name: "step".into(),
         image: Some(spec.image.clone()),

@@ -11,6 +11,7 @@ mod artifacts_report;
 mod faults;
 mod paths;
 mod podcpu;
+mod podspawn;
 mod report;
 mod scenarios;
 
@@ -82,6 +83,7 @@ async fn setup(args: &ClusterArgs) -> Result<(Runtime, Env)> {
             },
         );
         spec.build = Some("bench".into());
+        spec.cpu_request = args.cpu_request().map(str::to_owned);
         rt.create(&spec)
             .await
             .with_context(|| format!("creating {name}"))?;
@@ -117,6 +119,16 @@ async fn setup(args: &ClusterArgs) -> Result<(Runtime, Env)> {
 pub async fn run(args: &ClusterArgs) -> Result<i32> {
     if args.artifacts_only {
         return artifacts::run(args).await;
+    }
+    if let Some(bad) = args
+        .only
+        .iter()
+        .find(|o| !crate::args::CLUSTER_SCENARIOS.contains(&o.as_str()))
+    {
+        bail!(
+            "unknown scenario '{bad}' in --only (known: {})",
+            crate::args::CLUSTER_SCENARIOS.join(", ")
+        );
     }
     let started = Instant::now();
     let (rt, mut env) = setup(args).await?;
@@ -203,7 +215,8 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Resul
             }
         }
     }
-    let idle_secs = 10.0;
+    // The idle interval is the yardstick of the concurrency rows; runs without them skip it.
+    let idle_secs = if args.runs("concurrency") { 10.0 } else { 0.0 };
     let ((), idle) = measured(
         &env.probe,
         tokio::time::sleep(Duration::from_secs_f64(idle_secs)),
@@ -214,6 +227,7 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Resul
         idle.cpu_secs
     );
     let (latency, round_trips) = match args.latency_runtime {
+        _ if !args.runs("latency") => (Vec::new(), Vec::new()),
         LatencyRuntime::MultiThread => (
             scenarios::latency(env, args.iterations).await?,
             scenarios::round_trips(env, args.iterations).await,
@@ -226,8 +240,24 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Resul
         }
     };
     eprintln!("bench: latency done");
+    let pod_spawn = if args.runs("podspawn") {
+        let p = podspawn::measure(env, 500, 6).await?;
+        eprintln!(
+            "bench: in-pod spawn {:.0} us (loop alone {:.1} us)",
+            p.spawn_p50_us(),
+            podspawn::median(&p.us_per_loop)
+        );
+        Some(p)
+    } else {
+        None
+    };
     let mut concurrency = Vec::new();
-    for (k, level) in args.levels.iter().enumerate() {
+    let levels = if args.runs("concurrency") {
+        &args.levels[..]
+    } else {
+        &[]
+    };
+    for (k, level) in levels.iter().enumerate() {
         for path in Path::order(k) {
             let c = scenarios::concurrent(env, path, *level, args.lines).await;
             eprintln!(
@@ -243,6 +273,11 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Resul
         ("dd bs=1M", paths::zeros(args.stream_mib)),
         ("busybox head -c", paths::zeros_by_head(args.stream_mib)),
     ];
+    let writers = if args.runs("throughput") {
+        &writers[..]
+    } else {
+        &[]
+    };
     for (w, (writer, cmd)) in writers.iter().enumerate() {
         for path in Path::order(1 + w) {
             let t = scenarios::throughput(env, path, writer, cmd, bytes).await;
@@ -255,7 +290,7 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Resul
         }
     }
     let faults = match &args.restart_cmd {
-        Some(cmd) if !args.no_faults => {
+        Some(cmd) if !args.no_faults && args.runs("faults") => {
             let n = 20;
             let (whole, restart_secs) = faults::restart_during_streams(env, n, cmd).await?;
             env.probe.set_pid(apiserver::find_pid(None)?);
@@ -296,6 +331,8 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Resul
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "pods": env.pods.len(),
         "latency_runtime": format!("{:?}", args.latency_runtime),
+        "cpu_request": args.cpu_request(),
+        "load": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
     });
     Ok(Results {
         context,
@@ -303,6 +340,7 @@ async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Resul
         idle_secs,
         latency,
         round_trips,
+        pod_spawn,
         concurrency,
         throughput,
         faults,

@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::apiserver::Cost;
 use super::faults::Faults;
 use super::paths::Path;
+use super::podspawn::PodSpawn;
 use super::scenarios::{Concurrency, Dist, Latency};
 
 /// Everything one run measured.
@@ -26,6 +27,8 @@ pub struct Results {
     pub latency: Vec<Latency>,
     /// `GET /healthz` round trips per shim path: the floor under its latency.
     pub round_trips: Vec<(Path, Dist)>,
+    /// A spawn timed inside the pod (`--only podspawn`).
+    pub pod_spawn: Option<PodSpawn>,
     /// Concurrency levels.
     pub concurrency: Vec<Concurrency>,
     /// One big stream per path.
@@ -64,14 +67,21 @@ fn ms(us: u64) -> String {
 /// The markdown report.
 pub fn markdown(r: &Results) -> String {
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "Apiserver while idle for {:.0} s: {:.2} CPU s, {} MiB RSS, {:.0} goroutines.\n",
-        r.idle_secs,
-        r.idle.cpu_secs,
-        r.idle.peak_rss_kib / 1024,
-        r.idle.peak_goroutines
-    );
+    if let Some(c) = r.context.get("cpu_request").and_then(|c| c.as_str()) {
+        let _ = writeln!(s, "Step pods request {c} CPU each (Burstable, no limit).\n");
+    } else {
+        let _ = writeln!(s, "Step pods request no CPU (BestEffort).\n");
+    }
+    if r.idle_secs > 0.0 {
+        let _ = writeln!(
+            s,
+            "Apiserver while idle for {:.0} s: {:.2} CPU s, {} MiB RSS, {:.0} goroutines.\n",
+            r.idle_secs,
+            r.idle.cpu_secs,
+            r.idle.peak_rss_kib / 1024,
+            r.idle.peak_goroutines
+        );
+    }
     let _ = writeln!(
         s,
         "| latency | path | n | exit p50 | p90 | p99 | max | first byte p50 | errors | apiserver CPU s |\n|---|---|---|---|---|---|---|---|---|---|"
@@ -123,6 +133,9 @@ pub fn markdown(r: &Results) -> String {
             ms(d.p50),
             ms(d.p90)
         );
+    }
+    if let Some(p) = &r.pod_spawn {
+        s.push_str(&pod_spawn_split(r, p));
     }
     let _ = writeln!(
         s,
@@ -190,6 +203,44 @@ pub fn markdown(r: &Results) -> String {
     }
     if let Some(f) = &r.faults {
         let _ = writeln!(s, "\n{}", f.markdown());
+    }
+    s
+}
+
+/// The in-pod spawn loop, and the direct path's no-op exit p50 split into the `/healthz` round
+/// trip, the pod's own spawn, and the rest (the shim).
+fn pod_spawn_split(r: &Results, p: &PodSpawn) -> String {
+    let spawn = p.spawn_p50_us();
+    let mut s = format!(
+        "\nIn the pod, busybox `sh` runs `/bin/true` {} times a run, timed by the pod ({} runs): \
+         p50 {:.0} us per spawn (runs {:.0}-{:.0}), of which fork, exit and wait without the exec \
+         (a subshell) {:.0} us; the loop alone {:.1} us.\n",
+        p.spawns,
+        p.us_per_spawn.len(),
+        spawn,
+        p.us_per_spawn.iter().copied().fold(f64::INFINITY, f64::min),
+        p.us_per_spawn.iter().copied().fold(0.0, f64::max),
+        super::podspawn::median(&p.us_per_fork) - super::podspawn::median(&p.us_per_loop),
+        super::podspawn::median(&p.us_per_loop)
+    );
+    let exit = r
+        .latency
+        .iter()
+        .find(|l| l.path == Path::Shim && l.command.starts_with("/bin/true"))
+        .map(|l| l.exit.p50 as f64);
+    let rt = r
+        .round_trips
+        .iter()
+        .find(|(path, _)| *path == Path::Shim)
+        .map(|(_, d)| d.p50 as f64);
+    if let (Some(exit), Some(rt)) = (exit, rt) {
+        let _ = writeln!(
+            s,
+            "\nShim no-op exit p50 {:.0} us = round trip {rt:.0} us + spawn in the pod {spawn:.0} us \
+             + the shim's own {:.0} us.",
+            exit,
+            exit - rt - spawn
+        );
     }
     s
 }

@@ -75,3 +75,25 @@ fn label_values_are_valid() {
     assert_eq!(label_value(&"x".repeat(100)).len(), 63);
     assert_eq!(label_value("#"), "");
 }
+
+#[test]
+fn a_cpu_request_alone_sets_no_limit() {
+    let mut spec = StepSpec::new("s", "busybox", Delivery::ConfigMap { name: "c".into() });
+    spec.cpu_request = Some("100m".into());
+    let pod = build_pod(&spec, "w", "t");
+    let r = pod.spec.unwrap().containers[0].resources.clone().unwrap();
+    assert_eq!(r.requests.unwrap()["cpu"], Quantity("100m".into()));
+    assert_eq!(r.limits, None);
+    // With a memory limit, the CPU request still brings no CPU limit.
+    spec.memory = Some("1Gi".into());
+    let pod = build_pod(&spec, "w", "t");
+    let r = pod.spec.unwrap().containers[0].resources.clone().unwrap();
+    assert_eq!(r.requests.unwrap().len(), 2);
+    assert_eq!(r.limits.unwrap().keys().collect::<Vec<_>>(), ["memory"]);
+    // `cpu` (request and limit) wins over a request alone.
+    spec.cpu = Some("250m".into());
+    let pod = build_pod(&spec, "w", "t");
+    let r = pod.spec.unwrap().containers[0].resources.clone().unwrap();
+    assert_eq!(r.requests.unwrap()["cpu"], Quantity("250m".into()));
+    assert_eq!(r.limits.unwrap()["cpu"], Quantity("250m".into()));
+}
