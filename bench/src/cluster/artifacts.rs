@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use client::ShimClient;
-use controller::podspec::{Delivery, StepSpec};
 use controller::runtime::{Runtime, TargetConfig, kube_client};
 use controller::token::Key;
 use controller::transfer::{self, How};
@@ -71,19 +70,7 @@ pub async fn run(args: &ClusterArgs) -> Result<i32> {
         .iter()
         .map(|r| format!("art-{run_id}-{r}"))
         .collect();
-    for name in &names {
-        let mut spec = StepSpec::new(
-            name,
-            &args.step_image,
-            Delivery::InitContainer {
-                image: args.shim_image.clone(),
-            },
-        );
-        spec.build = Some("bench-artifacts".into());
-        rt.create(&spec)
-            .await
-            .with_context(|| format!("creating {name}"))?;
-    }
+    super::create_pods(&rt, args, &names, "bench-artifacts").await?;
     let result = async {
         let ips = try_join_all(
             names

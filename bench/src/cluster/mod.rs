@@ -74,20 +74,7 @@ async fn setup(args: &ClusterArgs) -> Result<(Runtime, Env)> {
     let names: Vec<String> = (0..args.pods)
         .map(|i| format!("bench-{run_id}-{i}"))
         .collect();
-    for name in &names {
-        let mut spec = StepSpec::new(
-            name,
-            &args.step_image,
-            Delivery::InitContainer {
-                image: args.shim_image.clone(),
-            },
-        );
-        spec.build = Some("bench".into());
-        spec.cpu_request = args.cpu_request().map(str::to_owned);
-        rt.create(&spec)
-            .await
-            .with_context(|| format!("creating {name}"))?;
-    }
+    create_pods(&rt, args, &names, "bench").await?;
     let ips = try_join_all(
         names
             .iter()
@@ -113,6 +100,31 @@ async fn setup(args: &ClusterArgs) -> Result<(Runtime, Env)> {
         probe,
     };
     Ok((rt, env))
+}
+
+/// Creates one step pod per name from the bench's images, labelled with `build` and carrying the
+/// CPU request asked for; readiness is the caller's to wait for.
+pub(crate) async fn create_pods(
+    rt: &Runtime,
+    args: &ClusterArgs,
+    names: &[String],
+    build: &str,
+) -> Result<()> {
+    for name in names {
+        let mut spec = StepSpec::new(
+            name,
+            &args.step_image,
+            Delivery::InitContainer {
+                image: args.shim_image.clone(),
+            },
+        );
+        spec.build = Some(build.into());
+        spec.cpu_request = args.cpu_request().map(str::to_owned);
+        rt.create(&spec)
+            .await
+            .with_context(|| format!("creating {name}"))?;
+    }
+    Ok(())
 }
 
 /// Runs the cluster benchmark.
