@@ -295,8 +295,7 @@ impl Unpacker<'_> {
         meta: Meta,
     ) -> Result<(), FilesError> {
         let fail = |what: &str, e| io_err(what, shown, e);
-        // `O_EXCL` first: in a fresh staging directory the name is almost always free, and the
-        // `fstatat` of `clear` would be one more call per file.
+        // `O_EXCL` first: in fresh staging the name is nearly always free (`clear` costs a call).
         let mut file: File = match sysfs::create_file_at(parent, name, 0o600) {
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
                 self.clear(shown, parent, name)?;
