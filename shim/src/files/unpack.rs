@@ -10,7 +10,8 @@
 //!   (`beneath.rs`), so an earlier symlink entry (`a -> /etc`, then `a/passwd`) cannot redirect a
 //!   later write; missing parents are created;
 //! - whatever is already at the entry's own name (file, symlink, hard link, empty directory) is
-//!   removed first and the new entry created with `O_EXCL | O_NOFOLLOW`;
+//!   removed and the new entry created with `O_EXCL | O_NOFOLLOW` (a file tries `O_EXCL` first and
+//!   removes what is there only when that fails with `EEXIST`);
 //! - a hard link's target must be a regular file below the directory (staged, or already in the
 //!   target directory), reached without symlinks;
 //! - device files and FIFOs are refused; a file's apparent size may not exceed the upload cap.
@@ -293,11 +294,17 @@ impl Unpacker<'_> {
         data: &mut impl Read,
         meta: Meta,
     ) -> Result<(), FilesError> {
-        self.clear(shown, parent, name)?;
         let fail = |what: &str, e| io_err(what, shown, e);
-        let mut file: File =
-            sysfs::create_file_at(parent, name, 0o600).map_err(|e| fail("creating", e))?;
-        let mut copied = 0u64;
+        // `O_EXCL` first: in fresh staging the name is nearly always free (`clear` costs a call).
+        let mut file: File = match sysfs::create_file_at(parent, name, 0o600) {
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                self.clear(shown, parent, name)?;
+                sysfs::create_file_at(parent, name, 0o600)
+            }
+            created => created,
+        }
+        .map_err(|e| fail("creating", e))?;
+        let (mut copied, mut hole_at_end) = (0u64, false);
         loop {
             let n = match data.read(&mut self.buf) {
                 Ok(0) => break,
@@ -305,7 +312,8 @@ impl Unpacker<'_> {
                 Err(err) if err.kind() == ErrorKind::Interrupted => continue,
                 Err(err) => return Err(corrupt(err)),
             };
-            if is_hole(&self.buf[..n]) {
+            hole_at_end = is_hole(&self.buf[..n]);
+            if hole_at_end {
                 file.seek(SeekFrom::Current(n as i64))
                     .map_err(|e| fail("writing", e))?;
             } else {
@@ -320,7 +328,10 @@ impl Unpacker<'_> {
                 "the stream ended inside the file's contents",
             ));
         }
-        file.set_len(copied).map_err(|e| fail("writing", e))?;
+        if hole_at_end {
+            // The size a trailing seek did not give the file.
+            file.set_len(copied).map_err(|e| fail("writing", e))?;
+        }
         self.stats.bytes += copied;
         apply(&file, Path::new(shown), &meta)
     }
