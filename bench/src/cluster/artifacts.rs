@@ -189,7 +189,15 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
             shim_cpu(&src.shim).await? - src0,
             shim_cpu(&dst.shim).await? - dst0,
         ];
-        let bytes = moved.with_context(|| format!("{method:?}"))?;
+        let bytes = match moved {
+            Ok(b) => b,
+            // The exec pipeline is the comparison, not what is tested: its row is left out.
+            Err(e) if method == Method::Exec => {
+                eprintln!("bench: no exec row: {e:#}");
+                continue;
+            }
+            Err(e) => return Err(e.context(format!("{method:?}"))),
+        };
         let ok = sh(&dst.shim, &digest_of(&to)).await? == digests[0];
         eprintln!(
             "bench: {mib} MiB {method:?}: {:.0} MB/s, controller {controller_cpu:.2} CPU s, \
@@ -307,6 +315,8 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
 }
 
 /// `kubectl exec SRC -- tar c | kubectl exec -i DST -- tar x`, as an exec-based runtime streams.
+/// Exec streams do lose data now and then (CI saw `tar: short read`); like such a runtime, the
+/// pipeline is tried again, up to three times in all, each attempt counted in its time.
 async fn exec_pipeline(args: &ClusterArgs, src: &str, dst: &str, to: &str) -> Result<()> {
     let kubectl = {
         let mut k = format!("kubectl -n {}", args.namespace);
@@ -315,17 +325,25 @@ async fn exec_pipeline(args: &ClusterArgs, src: &str, dst: &str, to: &str) -> Re
         }
         k
     };
-    let status = tokio::process::Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "set -o pipefail; {kubectl} exec {src} -c step -- tar c -C {ART} . \
-             | {kubectl} exec -i {dst} -c step -- sh -c 'mkdir -p {to} && tar x -C {to}'"
-        ))
-        .status()
-        .await
-        .context("kubectl exec pipeline")?;
-    if !status.success() {
-        bail!("the kubectl exec pipeline failed: {status}");
+    let mut status = None;
+    for attempt in 1..=3 {
+        let s = tokio::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "set -o pipefail; {kubectl} exec {src} -c step -- tar c -C {ART} . \
+                 | {kubectl} exec -i {dst} -c step -- sh -c 'rm -rf {to}; mkdir -p {to} && tar x -C {to}'"
+            ))
+            .status()
+            .await
+            .context("kubectl exec pipeline")?;
+        if s.success() {
+            return Ok(());
+        }
+        eprintln!("bench: the kubectl exec pipeline failed ({s}), attempt {attempt} of 3");
+        status = Some(s);
     }
-    Ok(())
+    bail!(
+        "the kubectl exec pipeline failed three times, last: {}",
+        status.map_or_else(String::new, |s| s.to_string())
+    )
 }
