@@ -10,8 +10,9 @@ use bytes::Bytes;
 
 use super::IO_CHUNK;
 
-/// Buffers kept for reuse at most; more in flight at once are allocated and freed as usual.
-const KEEP: usize = 8;
+/// Buffers kept for reuse at most; more in flight at once are allocated and freed as usual. Four
+/// `GET /v1/files` streams at once hold about four each (one filling, two queued, one being sent).
+const KEEP: usize = 16;
 /// Reads shorter than this take an exact allocation rather than a pooled buffer.
 const SMALL: usize = 4096;
 
