@@ -1,4 +1,5 @@
-//! A small pool of chunk-sized buffers for reads out of the output log. A chunk handed to a stream
+//! A small pool of chunk-sized buffers for reads out of the output log and the chunks of a
+//! `GET /v1/files` tar stream (`http/files.rs`). A chunk handed to a stream
 //! lives until hyper has written it, then its buffer comes back here, so a busy stream cycles through
 //! two or three buffers instead of asking the allocator (musl: `mmap`/`munmap` for large sizes) for a
 //! fresh one per chunk. Small reads (a follower's few new lines) take an exact allocation instead, so
