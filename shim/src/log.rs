@@ -326,7 +326,7 @@ fn read_range(inner: &Inner, offset: u64, len: usize, out: &mut Vec<u8>) -> io::
     Ok(())
 }
 
-mod pool;
+pub(crate) mod pool;
 mod spill;
 
 #[cfg(test)]

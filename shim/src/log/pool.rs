@@ -1,4 +1,5 @@
-//! A small pool of chunk-sized buffers for reads out of the output log. A chunk handed to a stream
+//! A small pool of chunk-sized buffers for reads out of the output log and the chunks of a
+//! `GET /v1/files` tar stream (`http/files.rs`). A chunk handed to a stream
 //! lives until hyper has written it, then its buffer comes back here, so a busy stream cycles through
 //! two or three buffers instead of asking the allocator (musl: `mmap`/`munmap` for large sizes) for a
 //! fresh one per chunk. Small reads (a follower's few new lines) take an exact allocation instead, so
@@ -10,8 +11,9 @@ use bytes::Bytes;
 
 use super::IO_CHUNK;
 
-/// Buffers kept for reuse at most; more in flight at once are allocated and freed as usual.
-const KEEP: usize = 8;
+/// Buffers kept for reuse at most; more in flight at once are allocated and freed as usual. Four
+/// `GET /v1/files` streams at once hold about four each (one filling, two queued, one being sent).
+const KEEP: usize = 16;
 /// Reads shorter than this take an exact allocation rather than a pooled buffer.
 const SMALL: usize = 4096;
 
