@@ -72,12 +72,7 @@ pub async fn run(args: &ClusterArgs) -> Result<i32> {
         .collect();
     super::create_pods(&rt, args, &names, "bench-artifacts").await?;
     let result = async {
-        let ips = try_join_all(
-            names
-                .iter()
-                .map(|n| rt.wait_ready(n, Duration::from_secs(300), |_| {})),
-        )
-        .await?;
+        let ips = super::wait_ready_all(&rt, &names).await?;
         let pods = names
             .iter()
             .zip(&ips)
@@ -243,37 +238,15 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
     let dst0 = shim_cpu(&dst.shim).await?;
     let t = Instant::now();
     for (i, s) in sources.iter().enumerate() {
-        let to = format!("{IN}/seq/in{i}");
-        let id = format!("bench-seq{i}-{}", rand::random::<u32>());
-        transfer::copy(
-            &s.shim,
-            &format!("{ART}/"),
-            &dst.shim,
-            &to,
-            &id,
-            How::Direct,
-        )
-        .await?;
+        pull_input(s, dst, "seq", i).await?;
     }
     let sequential_secs = t.elapsed().as_secs_f64();
     let sequential_dst_cpu = shim_cpu(&dst.shim).await? - dst0;
     let dst0 = shim_cpu(&dst.shim).await?;
     let t = Instant::now();
-    let copies = try_join_all(sources.iter().enumerate().map(|(i, s)| {
-        let to = format!("{IN}/par/in{i}");
-        let id = format!("bench-par{i}-{}", rand::random::<u32>());
-        async move {
-            let c = transfer::copy(
-                &s.shim,
-                &format!("{ART}/"),
-                &dst.shim,
-                &to,
-                &id,
-                How::Direct,
-            )
-            .await?;
-            anyhow::Ok((c, Instant::now()))
-        }
+    let copies = try_join_all(sources.iter().enumerate().map(|(i, s)| async move {
+        let c = pull_input(s, dst, "par", i).await?;
+        anyhow::Ok((c, Instant::now()))
     }))
     .await?;
     let secs = t.elapsed().as_secs_f64();
@@ -312,6 +285,21 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
         rows,
         parallel,
     })
+}
+
+/// Input `i` of a round (`seq` or `par`) pulled directly from `src` into its own directory of `dst`.
+async fn pull_input(src: &Pod, dst: &Pod, round: &str, i: usize) -> Result<transfer::Copied> {
+    let to = format!("{IN}/{round}/in{i}");
+    let id = format!("bench-{round}{i}-{}", rand::random::<u32>());
+    Ok(transfer::copy(
+        &src.shim,
+        &format!("{ART}/"),
+        &dst.shim,
+        &to,
+        &id,
+        How::Direct,
+    )
+    .await?)
 }
 
 /// `kubectl exec SRC -- tar c | kubectl exec -i DST -- tar x`, as an exec-based runtime streams.

@@ -75,12 +75,7 @@ async fn setup(args: &ClusterArgs) -> Result<(Runtime, Env)> {
         .map(|i| format!("bench-{run_id}-{i}"))
         .collect();
     create_pods(&rt, args, &names, "bench").await?;
-    let ips = try_join_all(
-        names
-            .iter()
-            .map(|n| rt.wait_ready(n, Duration::from_secs(300), |_| {})),
-    )
-    .await?;
+    let ips = wait_ready_all(&rt, &names).await?;
     let pods = names
         .iter()
         .zip(&ips)
@@ -125,6 +120,16 @@ pub(crate) async fn create_pods(
             .with_context(|| format!("creating {name}"))?;
     }
     Ok(())
+}
+
+/// Waits (up to 300 s each) until every named pod is ready; their IPs, in order.
+pub(crate) async fn wait_ready_all(rt: &Runtime, names: &[String]) -> Result<Vec<String>> {
+    Ok(try_join_all(
+        names
+            .iter()
+            .map(|n| rt.wait_ready(n, Duration::from_secs(300), |_| {})),
+    )
+    .await?)
 }
 
 /// Runs the cluster benchmark.
