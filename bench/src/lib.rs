@@ -12,11 +12,12 @@
 //! - [`scale`]: thousands of pending step pods of one worker, driven by the Rust runtime and the Go
 //!   kit's worker: apiserver requests per GC tick, the driver's RSS, deletion to notice, a restart.
 //! - [`access`]: the admin configuration and waiting until a fresh namespace can take pods.
-//! - [`stats`]: percentiles and units.
+//! - [`stats`]: percentiles and units; [`procfs`]: CPU time of processes.
 
 pub mod access;
 pub mod args;
 pub mod cluster;
 pub mod local;
+pub mod procfs;
 pub mod scale;
 pub mod stats;

@@ -26,20 +26,9 @@ fn rss_kib(pid: u32) -> Result<u64> {
         .context("no VmRSS")
 }
 
-/// CPU seconds (user + system) a process has used, from `/proc/PID/stat` (clock ticks of 10 ms).
+/// CPU seconds (user + system) a process has used.
 fn cpu_secs(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name, which may hold spaces but ends with the last ')'.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .context("odd /proc stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| -> Result<f64> {
-        Ok(fields.get(i).context("short /proc stat")?.parse::<f64>()?)
-    };
-    // utime and stime are fields 14 and 15 of stat; `rest` starts at field 3.
-    Ok((ticks(11)? + ticks(12)?) / 100.0)
+    crate::procfs::cpu_secs(pid).context("no or odd /proc stat")
 }
 
 fn sh(script: &str) -> SpawnRequest {

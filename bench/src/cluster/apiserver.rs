@@ -43,11 +43,6 @@ impl std::fmt::Debug for Probe {
     }
 }
 
-fn ticks_per_sec() -> f64 {
-    // Linux reports /proc times in USER_HZ, which is 100 on every architecture it runs on.
-    100.0
-}
-
 /// Finds the apiserver's pid: `explicit`, else the pid file the test cluster writes.
 pub fn find_pid(explicit: Option<u32>) -> Result<u32> {
     if let Some(p) = explicit {
@@ -74,17 +69,7 @@ impl Probe {
 
     /// CPU seconds the apiserver has used, from `/proc` alone (0 if it is gone).
     pub fn cpu_secs(&self) -> f64 {
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) else {
-            return 0.0;
-        };
-        // Fields after the ")" that ends the command name: state is field 3, utime 14, stime 15.
-        let Some((_, rest)) = stat.rsplit_once(") ") else {
-            return 0.0;
-        };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: f64 = f.get(11).and_then(|u| u.parse().ok()).unwrap_or(0.0)
-            + f.get(12).and_then(|s| s.parse().ok()).unwrap_or(0.0);
-        ticks / ticks_per_sec()
+        crate::procfs::cpu_secs(self.pid).unwrap_or(0.0)
     }
 
     /// One reading.

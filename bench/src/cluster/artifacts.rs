@@ -21,10 +21,11 @@ use futures_util::future::try_join_all;
 use k8s_openapi::api::core::v1::Namespace;
 
 use super::apiserver::{Probe, find_pid};
-use super::artifacts_probe::{bridge_bytes, cpu_secs, digest_of, sh, shim_cpu};
+use super::artifacts_probe::{bridge_bytes, digest_of, sh, shim_cpu};
 use super::artifacts_report::{self, Method, Parallel, Report, Row};
 use super::scenarios::measured;
 use crate::args::ClusterArgs;
+use crate::procfs::own_cpu_secs;
 
 /// Small files in the full-size artifact (inputs a fraction of its size get that fraction).
 const SMALL_FILES: u64 = 10_000;
@@ -145,7 +146,7 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
     for method in [Method::Direct, Method::Controller, Method::Exec] {
         let to = format!("{IN}/{}", method.dir());
         let id = format!("bench-{}", rand::random::<u32>());
-        let (cpu0, children0, bridge0) = (cpu_secs(false), cpu_secs(true), bridge_bytes());
+        let (cpu0, children0, bridge0) = (own_cpu_secs(false), own_cpu_secs(true), bridge_bytes());
         let (src0, dst0) = (shim_cpu(&src.shim).await?, shim_cpu(&dst.shim).await?);
         let t = Instant::now();
         let (moved, cost) = measured(probe, async {
@@ -175,9 +176,9 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
         .await;
         let secs = t.elapsed().as_secs_f64();
         let controller_cpu = if method == Method::Exec {
-            cpu_secs(true) - children0
+            own_cpu_secs(true) - children0
         } else {
-            cpu_secs(false) - cpu0
+            own_cpu_secs(false) - cpu0
         };
         let bridge = bridge_bytes().zip(bridge0).map(|(a, b)| a - b);
         let shims_cpu = [
@@ -215,7 +216,7 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
     }
     // The noise floor: nothing moves for as long as the direct pull took.
     let idle_secs = rows[0].secs;
-    let (cpu0, bridge0) = (cpu_secs(false), bridge_bytes());
+    let (cpu0, bridge0) = (own_cpu_secs(false), bridge_bytes());
     let ((), idle) = measured(
         probe,
         tokio::time::sleep(Duration::from_secs_f64(idle_secs)),
@@ -226,7 +227,7 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
         bytes: 0,
         secs: idle_secs,
         mb_per_s: 0.0,
-        controller_cpu_secs: cpu_secs(false) - cpu0,
+        controller_cpu_secs: own_cpu_secs(false) - cpu0,
         shims_cpu_secs: [0.0; 2],
         bridge_bytes: bridge_bytes().zip(bridge0).map(|(a, b)| a - b),
         apiserver: idle,

@@ -47,29 +47,7 @@ pub async fn sh(shim: &ShimClient, script: &str) -> Result<String> {
 /// CPU seconds a pod's shim has used: its PID 1's `/proc/1/stat`, read through the shim itself.
 pub async fn shim_cpu(shim: &ShimClient) -> Result<f64> {
     let stat = sh(shim, "cat /proc/1/stat").await?;
-    // Fields after the ")" that ends the command name: utime is field 14, stime 15.
-    let rest = stat.rsplit_once(") ").map_or("", |r| r.1);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0.0))
-        .collect();
-    Ok((f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0)
-}
-
-/// CPU seconds of this process, or of its reaped children.
-pub fn cpu_secs(children: bool) -> f64 {
-    use nix::sys::resource::{UsageWho, getrusage};
-    let who = if children {
-        UsageWho::RUSAGE_CHILDREN
-    } else {
-        UsageWho::RUSAGE_SELF
-    };
-    getrusage(who)
-        .map(|u| {
-            let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
-            t(u.user_time()) + t(u.system_time())
-        })
-        .unwrap_or(0.0)
+    Ok(crate::procfs::stat_cpu_secs(&stat).unwrap_or(0.0))
 }
 
 /// Bytes received plus sent by the host on the pod bridge, if there is one.

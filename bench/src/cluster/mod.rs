@@ -36,15 +36,6 @@ use scenarios::{Env, measured};
 /// The admin kubeconfig, kept for building a second client through the cutting proxy.
 static ADMIN_CONFIG: OnceLock<kube::Config> = OnceLock::new();
 
-fn cpu_secs_self() -> f64 {
-    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
-        .map(|u| {
-            let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
-            t(u.user_time()) + t(u.system_time())
-        })
-        .unwrap_or(0.0)
-}
-
 async fn setup(args: &ClusterArgs) -> Result<(Runtime, Env)> {
     let config = crate::access::admin_config(args.kubeconfig.as_deref()).await?;
     let _ = ADMIN_CONFIG.set(config);

@@ -17,13 +17,3 @@ pub fn find_shim(uid: &str) -> Option<u32> {
         (cg.contains(uid) || cg.contains(&alt)).then_some(pid)
     })
 }
-
-/// User plus system CPU seconds of `pid` (its own threads, not its children), None once gone.
-pub fn cpu_secs(pid: u32) -> Option<f64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(") ")?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    // /proc times are in USER_HZ, 100 on every architecture Linux runs on.
-    Some(ticks / 100.0)
-}

@@ -334,9 +334,9 @@ pub async fn throughput(
         Err(_) => None,
     };
     let shim_pid = uid.as_deref().and_then(super::podcpu::find_shim);
-    let shim_cpu = || shim_pid.and_then(super::podcpu::cpu_secs);
+    let shim_cpu = || shim_pid.and_then(crate::procfs::cpu_secs);
     let shim0 = shim_cpu();
-    let cpu0 = super::cpu_secs_self();
+    let cpu0 = crate::procfs::own_cpu_secs(false);
     let t = Instant::now();
     let limit = Duration::from_secs(900);
     let (r, cost) = measured(
@@ -346,7 +346,7 @@ pub async fn throughput(
     .await;
     let secs = t.elapsed().as_secs_f64();
     let gib = bytes as f64 / (1u64 << 30) as f64;
-    let cpu = super::cpu_secs_self() - cpu0;
+    let cpu = crate::procfs::own_cpu_secs(false) - cpu0;
     let (received, ok) = r
         .map(|o| (o.bytes, o.bytes == bytes && o.status == Some(0)))
         .unwrap_or((0, false));
