@@ -160,7 +160,6 @@ pub async fn driver(
     args: &ScaleArgs,
     victims: &[String],
 ) -> Result<DriverResult> {
-    let every = Duration::from_millis(args.tick_ms);
     let before = requests::read(&scene.client).await?;
     let seen_before = scene.proxy.seen();
     let mut d = Driver::start(kind, spec, go_bin)?;
@@ -175,44 +174,11 @@ pub async fn driver(
         start_seen,
         memory_ready.rss_kib / 1024
     );
-    if kind == Kind::RustStripped {
-        let memory_end = d.memory();
-        d.quit().await?;
-        return Ok(DriverResult {
-            driver: kind,
-            pods_at_start: ready["pods"].as_u64().unwrap_or(0),
-            sync_ms: ready["sync_ms"].as_u64().unwrap_or(0),
-            start,
-            start_seen,
-            memory_ready,
-            ticks: Ticks::default(),
-            notices: Notices::default(),
-            restart: None,
-            memory_end,
-        });
-    }
-    let ticks_result = ticks(&mut d, scene, args.ticks, every).await?;
-    eprintln!(
-        "scale: {kind:?} {} ticks: sent {:?}; collected {:?}",
-        ticks_result.done,
-        ticks_result.seen,
-        ticks_result.collected.iter().sum::<usize>()
-    );
-    let split = if args.restart_cmd.is_some() {
-        victims.len() - victims.len() / 4
+    // The stripped variant is measured for its memory when ready only.
+    let (ticks_result, notices_result, restart) = if kind == Kind::RustStripped {
+        (Ticks::default(), Notices::default(), None)
     } else {
-        victims.len()
-    };
-    let notices_result = notices(&mut d, scene, &victims[..split]).await?;
-    eprintln!(
-        "scale: {kind:?} noticed {} deletions (missed {}), max {:.1} ms",
-        notices_result.ms.len(),
-        notices_result.missed,
-        notices_result.ms.last().copied().unwrap_or(0.0)
-    );
-    let restart = match &args.restart_cmd {
-        Some(cmd) => Some(restart(&mut d, scene, cmd, args, &victims[split..]).await?),
-        None => None,
+        phases(kind, &mut d, scene, args, victims).await?
     };
     let memory_end = d.memory();
     d.quit().await?;
@@ -228,6 +194,41 @@ pub async fn driver(
         restart,
         memory_end,
     })
+}
+
+/// The phases after the cache is ready: GC ticks, deletions noticed, and the restart if asked for.
+async fn phases(
+    kind: Kind,
+    d: &mut Driver,
+    scene: &Scene,
+    args: &ScaleArgs,
+    victims: &[String],
+) -> Result<(Ticks, Notices, Option<AfterRestart>)> {
+    let every = Duration::from_millis(args.tick_ms);
+    let ticks_result = ticks(d, scene, args.ticks, every).await?;
+    eprintln!(
+        "scale: {kind:?} {} ticks: sent {:?}; collected {:?}",
+        ticks_result.done,
+        ticks_result.seen,
+        ticks_result.collected.iter().sum::<usize>()
+    );
+    let split = if args.restart_cmd.is_some() {
+        victims.len() - victims.len() / 4
+    } else {
+        victims.len()
+    };
+    let notices_result = notices(d, scene, &victims[..split]).await?;
+    eprintln!(
+        "scale: {kind:?} noticed {} deletions (missed {}), max {:.1} ms",
+        notices_result.ms.len(),
+        notices_result.missed,
+        notices_result.ms.last().copied().unwrap_or(0.0)
+    );
+    let restart = match &args.restart_cmd {
+        Some(cmd) => Some(restart(d, scene, cmd, args, &victims[split..]).await?),
+        None => None,
+    };
+    Ok((ticks_result, notices_result, restart))
 }
 
 async fn restart(
