@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use protocol::SpawnRequest;
-use tokio::io::unix::AsyncFd;
 
 use crate::error::Error;
 use crate::pump::Sources;
@@ -273,9 +272,11 @@ pub fn start(
             } else {
                 (None, None)
             };
-            let watch = |fd: OwnedFd| -> Result<AsyncFd<File>, Error> {
+            // Non-blocking; the pump adds them to the runtime's epoll set if the process is still
+            // running when it starts.
+            let watch = |fd: OwnedFd| -> Result<File, Error> {
                 sys::set_nonblocking(&fd, true).map_err(io_err("configuring pipes"))?;
-                crate::sys::async_fd(File::from(fd)).map_err(io_err("polling pipes"))
+                Ok(File::from(fd))
             };
             let sources = Sources::Pipes {
                 out: watch(out_r)?,
