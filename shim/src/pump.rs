@@ -28,12 +28,12 @@ thread_local! {
 /// The parent's ends of a process's output.
 #[derive(Debug)]
 pub enum Sources {
-    /// Read ends of the stdout and stderr pipes, non-blocking, not yet in the runtime's epoll set.
+    /// Read ends of the stdout and stderr pipes.
     Pipes {
         /// stdout
-        out: File,
+        out: AsyncFd<File>,
         /// stderr
-        err: File,
+        err: AsyncFd<File>,
     },
     /// The pty master.
     Tty(AsyncFd<File>),
@@ -57,41 +57,16 @@ pub async fn run(
     reaped: oneshot::Receiver<Exit>,
     drain: Duration,
 ) {
+    let (mut a, mut b) = match sources {
+        Sources::Pipes { out, err } => (
+            Some((out, FrameType::Stdout)),
+            Some((err, FrameType::Stderr)),
+        ),
+        Sources::Tty(master) => (Some((master, FrameType::Stdout)), None),
+    };
     let mut reaped = reaped;
     let mut exit: Option<Exit> = None;
     let mut deadline: Option<Instant> = None;
-    let (mut a, mut b) = match sources {
-        Sources::Pipes { out, err } => {
-            // One turn of the runtime first: a short-lived process has often been reaped by then
-            // (on a shared CPU it ran to its end before the shim went on), and its pipes read to
-            // end of file at once without joining the epoll set (two `epoll_ctl` each saved).
-            tokio::task::yield_now().await;
-            if let Ok(e) = reaped.try_recv() {
-                exit = Some(e);
-                deadline = Some(Instant::now() + drain);
-            }
-            let mut open = [None, None];
-            for (slot, (f, kind)) in open
-                .iter_mut()
-                .zip([(out, FrameType::Stdout), (err, FrameType::Stderr)])
-            {
-                if exit.is_some() && handle(&proc, read_now(&f, kind, &proc.log), Some(kind)).await
-                {
-                    continue;
-                }
-                match crate::sys::async_fd(f) {
-                    Ok(fd) => *slot = Some((fd, kind)),
-                    // Only when the kernel is out of memory or epoll watches.
-                    Err(e) => {
-                        warn!(id = %proc.id, ?kind, cause = %e, "cannot poll process output; treating as end of file")
-                    }
-                }
-            }
-            let [a, b] = open;
-            (a, b)
-        }
-        Sources::Tty(master) => (Some((master, FrameType::Stdout)), None),
-    };
     while a.is_some() || b.is_some() || exit.is_none() {
         tokio::select! {
             out = pump_once(a.as_ref(), &proc.log), if a.is_some() => {
@@ -109,7 +84,7 @@ pub async fn run(
                 // behind, what is left reads at once and then end of file, without waiting for
                 // the reactor to report the hang-up.
                 for src in [&mut a, &mut b] {
-                    let out = src.as_ref().map(|(fd, kind)| read_now(fd.get_ref(), *kind, &proc.log));
+                    let out = src.as_ref().map(|(fd, kind)| read_now(fd, *kind, &proc.log));
                     if let Some(out) = out
                         && handle(&proc, out, src.as_ref().map(|s| s.1)).await
                     {
@@ -179,9 +154,13 @@ async fn pump_once(
 /// Reads without waiting for readiness until end of file, a stall, or nothing more for now (then
 /// `Data`: the pump's loop goes on waiting for the fd). Bounded: a writer the process left behind
 /// may keep the pipe full, and the runtime has other work.
-fn read_now(f: &File, kind: FrameType, log: &OutputLog) -> io::Result<(Outcome, FrameType)> {
+fn read_now(
+    fd: &AsyncFd<File>,
+    kind: FrameType,
+    log: &OutputLog,
+) -> io::Result<(Outcome, FrameType)> {
     for _ in 0..READ_NOW_MAX {
-        match read_one(f, kind, log) {
+        match read_one(fd.get_ref(), kind, log) {
             Ok(Outcome::Data) => continue,
             Ok(o) => return Ok((o, kind)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((Outcome::Data, kind)),

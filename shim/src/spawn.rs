@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use protocol::SpawnRequest;
+use tokio::io::unix::AsyncFd;
 
 use crate::error::Error;
 use crate::pump::Sources;
@@ -272,11 +273,9 @@ pub fn start(
             } else {
                 (None, None)
             };
-            // Non-blocking; the pump adds them to the runtime's epoll set if the process is still
-            // running when it starts.
-            let watch = |fd: OwnedFd| -> Result<File, Error> {
+            let watch = |fd: OwnedFd| -> Result<AsyncFd<File>, Error> {
                 sys::set_nonblocking(&fd, true).map_err(io_err("configuring pipes"))?;
-                Ok(File::from(fd))
+                crate::sys::async_fd(File::from(fd)).map_err(io_err("polling pipes"))
             };
             let sources = Sources::Pipes {
                 out: watch(out_r)?,
