@@ -159,7 +159,7 @@ pub async fn run(args: &LocalArgs) -> Result<i32> {
     let pid = shim.pid();
     let c = shim.client.clone();
     if part("spawn") {
-        spawn::spawn_latency(&c, &shim.addr, &shim.token, args.iterations, &mut r).await?;
+        spawn::spawn_latency(&c, pid, &shim.addr, &shim.token, args.iterations, &mut r).await?;
     }
     if part("streams") {
         idle_streams(&c, pid, args.idle_streams, &mut r).await?;

@@ -67,9 +67,10 @@ impl TokenHeader {
 /// Plain HTTP/1.1 to the shim's address, with a pool of kept-alive connections: hyper's own
 /// connection API under a list of idle senders. A request takes an idle connection to its
 /// authority that can send at once, or opens one; the connection goes back to the list as soon as
-/// the answer's head is in (it can carry the next request once that answer's body is read). Lighter
-/// per request than a general pooled client (no pool key, no readiness task per request): on this
-/// machine a spawn right after another process ran answered about N µs sooner.
+/// the answer's head is in (it can carry the next request once that answer's body is read).
+/// Lighter per request than hyper-util's pooled client it replaced (no pool key, no readiness
+/// task per request): side by side, `/healthz` 1.2 µs faster in 8 of 8 rounds and 6 µs faster
+/// right after another process ran (7 of 8; issue 13).
 #[derive(Clone)]
 pub struct Direct {
     pool: Arc<Mutex<Vec<Idle>>>,
