@@ -14,8 +14,10 @@ use serde_json::json;
 
 use client::local::{Launch, find_binary};
 
+mod spawn;
+
 use crate::args::LocalArgs;
-use crate::stats::{Samples, ms, us};
+use crate::stats::{Samples, ms};
 
 fn rss_kib(pid: u32) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
@@ -157,7 +159,7 @@ pub async fn run(args: &LocalArgs) -> Result<i32> {
     let pid = shim.pid();
     let c = shim.client.clone();
     if part("spawn") {
-        spawn_latency(&c, args.iterations, &mut r).await?;
+        spawn::spawn_latency(&c, pid, &shim.addr, &shim.token, args.iterations, &mut r).await?;
     }
     if part("streams") {
         idle_streams(&c, pid, args.idle_streams, &mut r).await?;
@@ -181,67 +183,6 @@ pub async fn run(args: &LocalArgs) -> Result<i32> {
         )?;
     }
     Ok(if r.bad == 0 { 0 } else { 1 })
-}
-
-/// Spawn latency: through the shim (one request: PUT ?wait=) against a raw fork/exec/wait of the
-/// same binary, alternating so machine noise hits both alike, with a bare `GET /healthz` round
-/// trip of the same client beside them: the HTTP floor under the added latency.
-async fn spawn_latency(c: &client::ShimClient, n: usize, r: &mut Report) -> Result<()> {
-    let (mut raw, mut via, mut health) = (Vec::new(), Vec::new(), Vec::new());
-    let spec = SpawnRequest {
-        path: "/bin/true".into(),
-        ..Default::default()
-    };
-    for i in 0..n {
-        let t = Instant::now();
-        Command::new("/bin/true").status()?;
-        raw.push(t.elapsed());
-        let id = format!("lat{i}");
-        let t = Instant::now();
-        let (p, _) = c.spawn_wait(&id, &spec, 10).await?;
-        via.push(t.elapsed());
-        if p.exit != Some(Exit::code(0)) {
-            bail!("latency run {id} ended {:?}", p.exit);
-        }
-        c.delete(&id, false).await?;
-        let t = Instant::now();
-        c.healthz().await?;
-        health.push(t.elapsed());
-    }
-    let (raw, via, health) = (Samples::new(raw), Samples::new(via), Samples::new(health));
-    let added = via.pct(50.0).saturating_sub(raw.pct(50.0));
-    eprintln!(
-        "bench: spawn-to-exit p50 raw {} shim {} (healthz {})",
-        us(raw.pct(50.0)),
-        us(via.pct(50.0)),
-        us(health.pct(50.0))
-    );
-    let p50_99 = |s: &Samples| format!("{} / {}", us(s.pct(50.0)), us(s.pct(99.0)));
-    r.row(
-        "spawn to exit, raw fork/exec of /bin/true (p50 / p99)",
-        p50_99(&raw),
-        "",
-    );
-    r.row(
-        "spawn to exit through the shim, one request (p50 / p99)",
-        p50_99(&via),
-        "",
-    );
-    r.row(
-        "added latency over raw fork/exec (p50)",
-        us(added),
-        "< 100 µs",
-    );
-    r.row(
-        "GET /healthz round trip, the same client (p50 / p99)",
-        p50_99(&health),
-        "",
-    );
-    let j = |s: &Samples| json!({"p50": s.pct(50.0).as_micros() as u64, "p99": s.pct(99.0).as_micros() as u64, "n": s.len()});
-    r.set("spawn_raw_us", j(&raw));
-    r.set("spawn_shim_us", j(&via));
-    r.set("healthz_us", j(&health));
-    Ok(())
 }
 
 /// Memory per open output stream: idle follows of one quiet process.

@@ -7,14 +7,16 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Request, Response, header};
+use http::{HeaderName, HeaderValue, Request, Response, Uri, header};
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
-use hyper_util::client::legacy::{Client, connect::HttpConnector};
-use hyper_util::rt::TokioExecutor;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 
 /// Any error a transport or a body stream reports.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -62,10 +64,23 @@ impl TokenHeader {
     }
 }
 
-/// Plain HTTP/1.1 to the shim's address, with a pool of kept-alive connections.
+/// Plain HTTP/1.1 to the shim's address, with a pool of kept-alive connections: hyper's own
+/// connection API under a list of idle senders. A request takes an idle connection to its
+/// authority that can send at once, or opens one; the connection goes back to the list as soon as
+/// the answer's head is in (it can carry the next request once that answer's body is read).
+/// Lighter per request than hyper-util's pooled client it replaced (no pool key, no readiness
+/// task per request): side by side, `/healthz` 1.2 µs faster in 8 of 8 rounds and 6 µs faster
+/// right after another process ran (7 of 8; issue 13).
 #[derive(Clone)]
 pub struct Direct {
-    http: Client<HttpConnector, ReqBody>,
+    pool: Arc<Mutex<Vec<Idle>>>,
+    connect_timeout: Duration,
+}
+
+/// A kept-alive connection and the authority it reaches.
+struct Idle {
+    authority: String,
+    sender: http1::SendRequest<ReqBody>,
 }
 
 impl fmt::Debug for Direct {
@@ -77,20 +92,102 @@ impl fmt::Debug for Direct {
 impl Direct {
     /// A pool whose connection attempts give up after `connect_timeout`.
     pub fn new(connect_timeout: Duration) -> Self {
-        let mut conn = HttpConnector::new();
-        conn.set_nodelay(true);
-        conn.set_connect_timeout(Some(connect_timeout));
-        let http = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(conn);
-        Direct { http }
+        Direct {
+            pool: Arc::default(),
+            connect_timeout,
+        }
+    }
+
+    /// An idle connection to `authority` ready to send, dropping closed ones on the way; `Err`
+    /// when none is ready but one to it is still busy (reading an answer's end, or streaming).
+    fn take(&self, authority: &str) -> Result<http1::SendRequest<ReqBody>, bool> {
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        pool.retain(|c| !c.sender.is_closed());
+        let mut busy = false;
+        for (i, c) in pool.iter().enumerate().rev() {
+            if c.authority == authority {
+                if c.sender.is_ready() {
+                    return Ok(pool.swap_remove(i).sender);
+                }
+                busy = true;
+            }
+        }
+        Err(busy)
+    }
+
+    /// A connection to `authority` that can send: an idle one, else (after letting a connection
+    /// that is finishing an answer get there) a new one. The bool says it is new.
+    async fn checkout(
+        &self,
+        authority: &str,
+    ) -> Result<(http1::SendRequest<ReqBody>, bool), BoxError> {
+        match self.take(authority) {
+            Ok(s) => return Ok((s, false)),
+            Err(true) => {
+                tokio::task::yield_now().await;
+                if let Ok(s) = self.take(authority) {
+                    return Ok((s, false));
+                }
+            }
+            Err(false) => {}
+        }
+        let mut sender = self.connect(authority).await?;
+        sender.ready().await?;
+        Ok((sender, true))
+    }
+
+    async fn connect(&self, authority: &str) -> Result<http1::SendRequest<ReqBody>, BoxError> {
+        let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(authority))
+            .await
+            .map_err(|_| format!("connecting to {authority} timed out"))??;
+        stream.set_nodelay(true)?;
+        let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(cause = %e, "connection to the shim ended");
+            }
+        });
+        Ok(sender)
     }
 }
 
 impl Transport for Direct {
     fn send(&self, req: Request<ReqBody>) -> SendFuture<'_> {
         Box::pin(async move {
-            let resp = self.http.request(req).await?;
+            let (mut parts, body) = req.into_parts();
+            let authority = match (parts.uri.scheme_str(), parts.uri.authority()) {
+                (Some("http"), Some(a)) => a.clone(),
+                _ => return Err(format!("not an http:// URL: {}", parts.uri).into()),
+            };
+            // Origin form on the wire, the authority in `Host`.
+            parts.uri = match parts.uri.path_and_query() {
+                Some(pq) => Uri::from(pq.clone()),
+                None => Uri::from_static("/"),
+            };
+            parts
+                .headers
+                .insert(header::HOST, HeaderValue::from_str(authority.as_str())?);
+            let port = authority.port_u16().unwrap_or(80);
+            let authority = format!("{}:{port}", authority.host());
+            let mut req = Request::from_parts(parts, body);
+            // A kept-alive connection may turn out closed by the shim (idle timeout) before the
+            // request went out; then the request comes back and goes on a new connection.
+            let resp = loop {
+                let (mut sender, fresh) = self.checkout(&authority).await?;
+                match sender.try_send_request(req).await {
+                    Ok(resp) => {
+                        self.pool
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(Idle { authority, sender });
+                        break resp;
+                    }
+                    Err(mut e) => match e.take_message() {
+                        Some(back) if !fresh => req = back,
+                        _ => return Err(e.into_error().into()),
+                    },
+                }
+            };
             Ok(resp.map(|b| b.map_err(BoxError::from).boxed()))
         })
     }

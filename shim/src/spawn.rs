@@ -39,6 +39,8 @@ pub struct Started {
     /// The shim's copies of the write ends of the child's stdout and stderr pipes, to be closed
     /// once the child is reaped (see [`crate::proc::Links::writers`]).
     pub writers: Option<(OwnedFd, OwnedFd)>,
+    /// The child could not set its own `oom_score_adj` (see [`set_oom_later`]).
+    pub oom_pending: bool,
 }
 
 /// What a failed spawn leaves behind.
@@ -173,15 +175,20 @@ async fn prepare(spec: &SpawnRequest) -> Result<Option<sys::Credentials>, Error>
         .map_err(|e| Error::internal("preparing a spawn", io::Error::other(e)))?
 }
 
-/// Starts the process described by `spec` with the shim's `base_env`. `fork` forks and execs
-/// (the table wraps [`sys::fork_exec`] to record the pid under its lock); the child's
-/// `oom_score_adj` is set to `oom_score_adj` before its program runs (see [`Forked::oom_set`]).
-pub async fn start(
-    spec: &SpawnRequest,
-    base_env: &[(String, String)],
-    oom_score_adj: i32,
-    fork: impl FnOnce(&Exec) -> io::Result<Forked>,
-) -> Result<Started, Failed> {
+/// What a spawn prepares before the fork (which may wait on a blocking thread): the executable, its
+/// argv and environment as C strings, the directory and the credentials.
+#[derive(Debug)]
+pub struct Plan {
+    path: CString,
+    argv: Vec<CString>,
+    envp: Arc<[CString]>,
+    dir: Option<CString>,
+    creds: Option<sys::Credentials>,
+}
+
+/// Validates `spec` and prepares what its fork needs, with the shim's `base_env`. Nothing is
+/// created yet: dropping the future or the plan leaves nothing behind.
+pub async fn plan(spec: &SpawnRequest, base_env: &[(String, String)]) -> Result<Plan, Error> {
     // Every string becomes a C string: refuse NULs before anything is looked up or created.
     let strings = [
         ("path", Some(&spec.path)),
@@ -190,7 +197,7 @@ pub async fn start(
     ];
     for (what, s) in strings {
         if s.is_some_and(|s| s.contains('\0')) {
-            return Err(Error::InvalidSpec(format!("{what} contains a NUL byte")).into());
+            return Err(Error::InvalidSpec(format!("{what} contains a NUL byte")));
         }
     }
     let merged;
@@ -211,10 +218,27 @@ pub async fn start(
     } else {
         envp_of(env)?
     };
-    let exe_c = cstring(&exe.to_string_lossy(), "path")?;
-    let dir = spec.dir.as_deref().map(|d| cstring(d, "dir")).transpose()?;
-    let io_err = |context| move |e| Error::io(context, e);
+    Ok(Plan {
+        path: cstring(&exe.to_string_lossy(), "path")?,
+        argv,
+        envp,
+        dir: spec.dir.as_deref().map(|d| cstring(d, "dir")).transpose()?,
+        creds,
+    })
+}
 
+/// Starts the process `plan` prepared for `spec`: creates its pipes or pty and forks. Synchronous,
+/// so a caller that records the child right after cannot be interrupted in between (a client that
+/// hangs up drops the request's future only at an await). `fork` forks and execs (the table wraps
+/// [`sys::fork_exec`] to record the pid under its lock); the child's `oom_score_adj` is set to
+/// `oom_score_adj` before its program runs, or [`Started::oom_pending`] says it is not yet.
+pub fn start(
+    plan: Plan,
+    spec: &SpawnRequest,
+    oom_score_adj: i32,
+    fork: impl FnOnce(&Exec) -> io::Result<Forked>,
+) -> Result<Started, Failed> {
+    let io_err = |context| move |e| Error::io(context, e);
     let (stdio, sources, stdin, tty) = match spec.tty {
         Some(size) => {
             let (master, slave) =
@@ -270,11 +294,11 @@ pub async fn start(
         }
     };
     let exec = Exec {
-        path: exe_c,
-        argv,
-        envp,
-        dir,
-        creds,
+        path: plan.path,
+        argv: plan.argv,
+        envp: plan.envp,
+        dir: plan.dir,
+        creds: plan.creds,
         stdio,
         oom_score_adj: Some(oom_score_adj),
     };
@@ -328,14 +352,22 @@ pub async fn start(
             error,
         });
     }
-    // A root shim's child set its own `oom_score_adj` before `execve`, so everything the program
-    // forks inherits it. A shim that is not root finds the child's `/proc` entry root's (the shim
-    // is non-dumpable) until `execve` has installed the program's credentials: it tries again for
-    // a few milliseconds.
+    Ok(Started {
+        pid,
+        sources,
+        stdin,
+        tty,
+        writers,
+        oom_pending: !forked.oom_set,
+    })
+}
+
+/// Sets the `oom_score_adj` of a child that could not set its own (a shim that is not root): the
+/// shim is non-dumpable, so the child's `/proc` entry stays root's until `execve` has installed the
+/// program's credentials; tries again for a few milliseconds.
+pub async fn set_oom_later(pid: i32, oom_score_adj: i32) {
     let mut tries = 0;
-    while !forked.oom_set
-        && let Err(e) = crate::oom::set_score_adj(pid, oom_score_adj)
-    {
+    while let Err(e) = crate::oom::set_score_adj(pid, oom_score_adj) {
         tries += 1;
         if tries > 20 || e.kind() != io::ErrorKind::PermissionDenied {
             crate::debug!(pid, cause = %e, "cannot set oom_score_adj");
@@ -343,11 +375,4 @@ pub async fn start(
         }
         tokio::time::sleep(std::time::Duration::from_micros(250)).await;
     }
-    Ok(Started {
-        pid,
-        sources,
-        stdin,
-        tty,
-        writers,
-    })
 }

@@ -1,5 +1,9 @@
-//! The process table: processes by id and by pid, spawn (idempotent by id and spec), delete, and the
-//! routing of reaped exits to processes, including exits that arrive before their pid is recorded.
+//! The process table: processes by id and by pid, spawn (idempotent by id and spec) and delete. The
+//! routing of reaped exits to processes is in [`exits`], shutdown's signalling and waiting in
+//! [`shutdown`].
+
+mod exits;
+mod shutdown;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -7,17 +11,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::{debug, info, warn};
-use protocol::{Exit, ExitReason, SpawnRequest};
+use crate::info;
+use protocol::SpawnRequest;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::log::{Budget, OutputLog};
 use crate::oom::OomCounter;
 use crate::proc::Proc;
-use crate::sys::{Exec, Forked};
-use crate::{pump, spawn, tree};
+use crate::{pump, spawn};
 
 /// Settings the table needs from the configuration.
 #[derive(Debug, Clone)]
@@ -44,22 +46,13 @@ struct Inner {
     /// Processes not yet reaped, including deleted ones, so their exit is never misrouted.
     by_pid: HashMap<i32, Arc<Proc>>,
     /// Pids forked by a spawn that has not yet recorded its process, and children whose exec
-    /// failed (see [`Pending`]). An exit of any other unknown pid is an orphan's and is dropped, so
+    /// failed (see [`exits::Pending`]). An exit of any other unknown pid is an orphan's and is dropped, so
     /// a later process that reuses the pid can never be handed it. One map for both (each key and
     /// value type of a hash map costs the binary its own copy of the table code).
-    pending: HashMap<i32, Pending>,
+    pending: HashMap<i32, exits::Pending>,
     /// Ids with a spawn under way. A second spawn of the same id waits until the receiver sees
     /// the sender dropped, then answers from the table (idempotent or conflict).
     reserved: HashMap<String, watch::Receiver<()>>,
-}
-
-/// A pid the table knows before (or instead of) a process.
-#[derive(Debug)]
-enum Pending {
-    /// Forked by a spawn that has not recorded its process yet, with its exit if that came first.
-    InFlight(Option<Exit>),
-    /// A child whose exec failed: reaped and forgotten.
-    Discard,
 }
 
 /// All processes of the shim.
@@ -179,18 +172,11 @@ impl Table {
         }
     }
 
-    /// Forks under the table's lock and records the pid as in flight before the reaper can route
-    /// its exit.
-    fn fork_registered(&self, exec: &Exec) -> std::io::Result<Forked> {
-        let mut inner = self.lock();
-        let forked = crate::sys::fork_exec(exec)?;
-        inner.pending.insert(forked.pid, Pending::InFlight(None));
-        Ok(forked)
-    }
-
     /// Spawns `spec` as `id`, or returns the existing process if the spec is the same. The bool is
     /// true when a process was started. Spawns of different ids proceed concurrently; of one id,
-    /// the first starts the process and the others answer as a retry would.
+    /// the first starts the process and the others answer as a retry would. From the fork until
+    /// the process is recorded and its pump runs nothing awaits, so a request whose client hangs up
+    /// (its future dropped) never leaves a child unrecorded: no task of its own is needed.
     pub async fn spawn(&self, id: &str, spec: SpawnRequest) -> Result<(Arc<Proc>, bool), Error> {
         let size = spawn::spec_bytes(&spec);
         if size > self.settings.max_spec_bytes {
@@ -203,31 +189,24 @@ impl Table {
             Ok(r) => r,
             Err(existing) => return Ok((existing, false)),
         };
+        let plan = spawn::plan(&spec, &self.settings.base_env).await?;
+        let adj = self.settings.oom_score_adj;
         let oom_kills_at_start = self.oom.read();
-        let started = spawn::start(
-            &spec,
-            &self.settings.base_env,
-            self.settings.oom_score_adj,
-            |exec| self.fork_registered(exec),
-        )
-        .await;
-        let started = match started {
+        let started = match spawn::start(plan, &spec, adj, |exec| self.fork_registered(exec)) {
             Ok(s) => s,
             Err(failed) => {
                 if let Some(pid) = failed.pid {
-                    let mut inner = self.lock();
-                    if !matches!(inner.pending.remove(&pid), Some(Pending::InFlight(Some(_)))) {
-                        inner.pending.insert(pid, Pending::Discard);
-                    }
+                    self.forget_failed(pid);
                 }
                 return Err(failed.error);
             }
         };
+        let (pid, oom_pending) = (started.pid, started.oom_pending);
         let log = OutputLog::new(self.budget.clone(), self.settings.data_dir.clone());
         let (proc, reaped_rx) = Proc::new(
             id.to_owned(),
             spec,
-            started.pid,
+            pid,
             log,
             started.stdin,
             started.tty,
@@ -238,63 +217,23 @@ impl Table {
             },
         );
         let proc = Arc::new(proc);
-        let early_exit = {
-            let mut inner = self.lock();
-            let early = match inner.pending.remove(&started.pid) {
-                Some(Pending::InFlight(exit)) => exit,
-                _ => None,
-            };
-            inner.by_id.insert(id.to_owned(), proc.clone());
-            if early.is_none() {
-                inner.by_pid.insert(started.pid, proc.clone());
-            }
-            early
-        };
-        if let Some(exit) = early_exit {
+        if let Some(exit) = self.record(id, &proc) {
             proc.on_reaped(self.with_reason(&proc, exit));
         }
         self.spawned.fetch_add(1, Ordering::Relaxed);
-        info!(id, pid = started.pid, path = %proc.spec.path, "spawned");
+        info!(id, pid, path = %proc.spec.path, "spawned");
         tokio::spawn(pump::run(
             proc.clone(),
             started.sources,
             reaped_rx,
             self.settings.drain,
         ));
+        if oom_pending {
+            // Its own task: the process is recorded, and a client that hangs up must not leave it
+            // at the shim's score.
+            let _ = tokio::spawn(spawn::set_oom_later(pid, adj)).await;
+        }
         Ok((proc, true))
-    }
-
-    /// Adds the OOM reason to a killed process's exit when the memory cgroup counted an OOM kill
-    /// since the process started that no earlier exit was given.
-    fn with_reason(&self, proc: &Proc, mut exit: Exit) -> Exit {
-        if crate::oom::looks_killed(&exit)
-            && let (Some(before), Some(now)) = (proc.oom_kills_at_start, self.oom.read())
-            && now > before
-            && self.oom_attributed.fetch_max(now, Ordering::AcqRel) < now
-        {
-            exit.reason = Some(ExitReason::OomKill);
-        }
-        exit
-    }
-
-    /// Hands a reaped exit to the process with that pid, keeps it for a spawn in flight, or drops
-    /// it (an orphan's, or a failed exec's).
-    pub fn route_exit(&self, pid: i32, exit: Exit) {
-        let mut inner = self.lock();
-        if let Some(p) = inner.by_pid.remove(&pid) {
-            drop(inner);
-            let exit = self.with_reason(&p, exit);
-            debug!(id = %p.id, pid, status = exit.status, reason = ?exit.reason, "reaped");
-            p.on_reaped(exit);
-        } else if let Some(Pending::InFlight(early)) = inner.pending.get_mut(&pid) {
-            *early = Some(exit);
-        } else if inner.pending.remove(&pid).is_some() {
-            debug!(pid, "reaped a child whose exec failed");
-        } else {
-            self.orphans.fetch_add(1, Ordering::Relaxed);
-            debug!(pid, status = exit.status, "reaped an orphan");
-        }
-        self.bump();
     }
 
     /// Forgets a process and frees its output; a running one needs `force`. With `force`, what the
@@ -328,84 +267,5 @@ impl Table {
     /// Whether shutdown has begun.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
-    }
-
-    /// Signals every process group of the shim's descendants (the table's processes and whatever
-    /// they left behind, found through `/proc`), and every descendant alone; returns how many
-    /// groups were signalled.
-    pub fn signal_all(&self, sig: i32) -> usize {
-        let me = std::process::id() as i32;
-        let all = tree::scan();
-        let own_group = all.iter().find(|e| e.pid == me).map_or(me, |e| e.pgid);
-        let descendants = tree::descendants(&all, me);
-        let candidates = self.lock().by_pid.keys().copied().collect::<Vec<_>>();
-        // Each group once; a linear check (a few thousand groups at most at shutdown) is less code
-        // than a set or a sort.
-        let mut groups: Vec<i32> = Vec::new();
-        for g in candidates
-            .into_iter()
-            .chain(descendants.iter().map(|e| e.pgid))
-        {
-            if g != own_group && !groups.contains(&g) {
-                groups.push(g);
-            }
-        }
-        let n = groups
-            .iter()
-            .filter(|&&g| crate::sys::kill_group(g, sig).is_ok())
-            .count();
-        for e in descendants.iter().filter(|e| e.pgid == own_group) {
-            let _ = crate::sys::kill_pid(e.pid, sig);
-        }
-        n
-    }
-
-    /// Whether any process is not yet reaped or drained.
-    pub fn any_running(&self) -> bool {
-        let inner = self.lock();
-        !inner.by_pid.is_empty() || inner.by_id.values().any(|p| p.is_running())
-    }
-
-    /// Counts of (running, exited) processes.
-    pub fn counts(&self) -> (usize, usize) {
-        let inner = self.lock();
-        let running = inner.by_id.values().filter(|p| p.is_running()).count();
-        (running, inner.by_id.len() - running)
-    }
-
-    /// TERM every descendant process group, wait up to `grace`, KILL what is left, and wait
-    /// (bounded) for the exit frames.
-    pub async fn shutdown(&self, grace: Duration) {
-        self.close();
-        let n = self.signal_all(libc::SIGTERM);
-        info!(
-            groups = n,
-            grace_ms = grace.as_millis() as u64,
-            "shutting down: sent SIGTERM"
-        );
-        if !self.wait_idle(Instant::now() + grace).await {
-            let n = self.signal_all(libc::SIGKILL);
-            warn!(groups = n, "grace period over: sent SIGKILL");
-            self.wait_idle(Instant::now() + self.settings.drain + Duration::from_secs(2))
-                .await;
-        }
-    }
-
-    /// Waits until every process has finished and no descendant lives, or `deadline`. Woken by
-    /// the table's events (every reap, including orphans', and every exit frame): the last live
-    /// descendant to go is always a child of the shim or of a live descendant, so its end is
-    /// always followed by a reap here.
-    async fn wait_idle(&self, deadline: Instant) -> bool {
-        let mut events = self.events.subscribe();
-        loop {
-            let me = std::process::id() as i32;
-            if !self.any_running() && tree::descendants(&tree::scan(), me).is_empty() {
-                return true;
-            }
-            match tokio::time::timeout_at(deadline, events.changed()).await {
-                Ok(Ok(())) => {}
-                _ => return false,
-            }
-        }
     }
 }

@@ -45,13 +45,9 @@ pub async fn process(
             }
             let wait = wait_of(q)?;
             let spec: SpawnRequest = read_json(req.into_body()).await?;
-            // The spawn runs as its own task: a client that hangs up mid-spawn must not leave a
-            // forked child unrecorded.
-            let table = app.table.clone();
-            let owned_id = id.to_owned();
-            let (proc, created) = tokio::spawn(async move { table.spawn(&owned_id, spec).await })
-                .await
-                .map_err(|e| Error::internal("spawning", std::io::Error::other(e)))??;
+            // No task of its own: the table records a forked child before its next await, so a
+            // client that hangs up mid-spawn cannot leave the child unrecorded.
+            let (proc, created) = app.table.spawn(id, spec).await?;
             let status = if created {
                 StatusCode::CREATED
             } else {
