@@ -2,6 +2,7 @@
 
 use super::*;
 use protocol::Decoder;
+use std::os::unix::fs::FileExt;
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("stepshim-logtest-{name}-{}", std::process::id()));
@@ -59,6 +60,60 @@ fn memory_then_spill_reads_back_every_byte() {
     assert_eq!(budget.memory_bytes(), 0);
     assert_eq!(budget.disk_bytes(), 0);
     assert!(log.state().freed);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn the_write_behind_tail_serves_readers_and_is_freed_at_exit() {
+    let dir = temp_dir("tail");
+    // 1 MiB per log: room for memory chunks and a tail.
+    let budget = Arc::new(Budget::new(16 * 1024 * 1024));
+    assert!(budget.tails());
+    let log = OutputLog::new(budget.clone(), dir.clone());
+    let mut all = Vec::new();
+    let mut read_to = 0u64;
+    for i in 0..200usize {
+        let size = (i * 7919) % (IO_CHUNK + 1);
+        let payload: Vec<u8> = (0..size).map(|j| (i * 31 + j) as u8).collect();
+        protocol::Frame::new(FrameType::Stdout, payload.clone()).encode_into(&mut all);
+        log.append(FrameType::Stdout, &payload).expect("append");
+        // A follower that keeps up, reading across the memory, file and tail parts.
+        while read_to < all.len() as u64 {
+            let b = log.read(read_to, usize::MAX).expect("read");
+            assert_eq!(&b[..], &all[read_to as usize..read_to as usize + b.len()]);
+            read_to += b.len() as u64;
+        }
+        assert!(budget.memory_bytes() <= 1024 * 1024);
+    }
+    let spilled = log
+        .lock()
+        .spill
+        .as_ref()
+        .map(|s| (s.has_tail(), s.written()));
+    let (tail, written) = spilled.expect("spilled");
+    assert!(tail, "a spilling log with room takes a tail");
+    assert_eq!(written % 4096, 0, "the file is written in whole pages");
+    assert_eq!(budget.disk_bytes(), written);
+    protocol::Frame::new(FrameType::Exit, &b"{}"[..]).encode_into(&mut all);
+    log.append(FrameType::Exit, b"{}").expect("exit");
+    // The exit frame wrote the tail out and gave its memory back.
+    assert!(!log.lock().spill.as_ref().expect("spilled").has_tail());
+    assert_eq!(
+        budget.memory_bytes() + budget.disk_bytes(),
+        all.len() as u64
+    );
+    // Every byte reads back from any offset once the tail is gone.
+    let mut got = Vec::new();
+    let mut off = 0u64;
+    while off < all.len() as u64 {
+        let b = log.read(off, 50_000).expect("read");
+        got.extend_from_slice(&b);
+        off += b.len() as u64;
+    }
+    assert_eq!(got, all);
+    log.free();
+    assert_eq!(budget.memory_bytes(), 0);
+    assert_eq!(budget.disk_bytes(), 0);
     std::fs::remove_dir_all(dir).ok();
 }
 
