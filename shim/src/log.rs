@@ -16,10 +16,10 @@ use bytes::Bytes;
 use protocol::{FrameHeader, FrameType, HEADER_LEN};
 use tokio::sync::watch;
 
-/// Largest read on the output path: from a process's pipe (hence the largest frame payload the
-/// shim writes; a client resumes only from whole frames, so this also bounds what a flaky connection
-/// must carry to make progress) and out of the log into a stream. Measured against 16, 32 and 128 KiB
-/// on one stream (README, footprint).
+/// Largest read from a process's pipe (hence the largest frame payload the shim writes; a client
+/// resumes only from whole frames, so this also bounds what a flaky connection must carry to make
+/// progress). Measured against 16, 32 and 128 KiB on one stream (README, footprint). Reads out of
+/// the log into a stream take up to [`pool::STREAM_READ`].
 pub const IO_CHUNK: usize = 64 * 1024;
 
 /// Size of an in-memory chunk; chunks grow by doubling up to this, so a quiet process costs little.
@@ -217,14 +217,14 @@ impl OutputLog {
         *self.state.borrow()
     }
 
-    /// Up to `max` bytes of the log from `offset`, and never more than [`IO_CHUNK`] (fewer at the
+    /// Up to `max` bytes of the log from `offset`, and never more than [`pool::STREAM_READ`] (fewer at the
     /// end; empty at or past it). The bytes live in a pooled buffer until the last clone is dropped.
     pub fn read(&self, offset: u64, max: usize) -> io::Result<Bytes> {
         let inner = self.lock();
         if inner.freed || offset >= inner.end {
             return Ok(Bytes::new());
         }
-        let len = (inner.end - offset).min(max.min(IO_CHUNK) as u64) as usize;
+        let len = (inner.end - offset).min(max.min(pool::STREAM_READ) as u64) as usize;
         let mut buf = pool::take(len);
         read_range(&inner, offset, len, &mut buf)?;
         drop(inner);

@@ -142,7 +142,7 @@ fn boundaries_match_frame_starts_exactly() {
     let mut at = starts[50];
     while at < end {
         let chunk = log.read(at, usize::MAX).expect("read");
-        assert!(!chunk.is_empty() && chunk.len() <= IO_CHUNK);
+        assert!(!chunk.is_empty() && chunk.len() <= pool::STREAM_READ);
         at += chunk.len() as u64;
         d.push(&chunk);
         while d.next_frame().expect("frame").is_some() {}
@@ -188,7 +188,7 @@ fn chunk_reads_reuse_pooled_buffers_and_small_reads_do_not_pin_them() {
     assert_eq!(first.len(), IO_CHUNK);
     let ptr = first.as_ptr();
     drop(first);
-    assert!(pool::idle() >= 1, "a dropped chunk returns its buffer");
+    assert!(pool::idle().0 >= 1, "a dropped chunk returns its buffer");
     // Another chunk-sized read, from the spill file this time, lands in a buffer from the pool.
     let at = all.len() as u64 - IO_CHUNK as u64;
     let second = log.read(at, IO_CHUNK).expect("read");
@@ -196,7 +196,16 @@ fn chunk_reads_reuse_pooled_buffers_and_small_reads_do_not_pin_them() {
     let reused = second.as_ptr() == ptr;
     drop(second);
     // Other tests share the pool; only a pool emptied by them can hand out another buffer.
-    assert!(reused || pool::idle() > 1);
+    assert!(reused || pool::idle().0 > 1);
+    // A follower's larger read takes a stream-sized buffer, which returns to its own pool.
+    let big = log.read(0, usize::MAX).expect("read");
+    assert_eq!(big.len(), pool::STREAM_READ.min(all.len()));
+    assert_eq!(&big[..], &all[..big.len()]);
+    drop(big);
+    assert!(
+        pool::idle().1 >= 1,
+        "a dropped stream-sized chunk returns its buffer"
+    );
     // A small read takes an exact allocation, never a chunk-sized buffer.
     let small = log.read(3, 100).expect("read");
     assert_eq!(&small[..], &all[3..103]);
