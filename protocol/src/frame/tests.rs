@@ -184,6 +184,10 @@ fn a_split_payload_comes_as_parts_without_a_copy() {
     assert_eq!((header.kind, header.len), (FrameType::Stdout, 1000));
     let lens: Vec<usize> = parts.iter().map(Bytes::len).collect();
     assert_eq!(lens, [92, 600, 308]);
-    assert_eq!(parts[0].as_ptr(), chunk[8..].as_ptr(), "a slice, not a copy");
+    assert_eq!(
+        parts[0].as_ptr(),
+        chunk[8..].as_ptr(),
+        "a slice, not a copy"
+    );
     assert_eq!(d.offset(), 1008);
 }

@@ -41,7 +41,7 @@ fn class(capacity: usize) -> Option<(&'static Mutex<Vec<Vec<u8>>>, usize)> {
 /// An empty buffer with room for `len` bytes (`len <= STREAM_READ` for a pooled one).
 pub fn take(len: usize) -> Vec<u8> {
     let capacity = match len {
-        n if n < SMALL || n > STREAM_READ => return Vec::with_capacity(len),
+        n if !(SMALL..=STREAM_READ).contains(&n) => return Vec::with_capacity(len),
         n if n <= IO_CHUNK => IO_CHUNK,
         _ => STREAM_READ,
     };
