@@ -15,7 +15,7 @@ use super::IO_CHUNK;
 /// Largest read out of the output log into one buffer: four reads of the pipe. A follower that is
 /// behind (the process writes faster than the client reads, so the usual case on a busy stream)
 /// moves a quarter as many chunks through the log's lock, `pread`, the stream's channel and hyper's
-/// `writev` as with [`IO_CHUNK`]: 0.78 -> 0.72 shim CPU s per GiB (README, footprint).
+/// `writev` as with [`IO_CHUNK`]: 0.79 -> 0.72 shim CPU s per GiB (README, footprint).
 pub const STREAM_READ: usize = 4 * IO_CHUNK;
 /// Chunk-sized buffers kept for reuse at most; more in flight at once are allocated and freed as
 /// usual. Four `GET /v1/files` streams at once hold about four each (one filling, two queued, one
