@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use protocol::{Decoder, Exit, Frame, FrameType};
+use protocol::{Decoder, Exit, Frame, FrameHeader, FrameType};
 
 use super::{ClientError, RespBody, ShimClient};
 
@@ -39,11 +39,30 @@ impl OutputStream {
         self.decoder.offset()
     }
 
-    /// The next frame, including keepalives; `None` at the end of the response.
+    /// The next frame, including keepalives; `None` at the end of the response. A payload that
+    /// arrived split across reads is gathered into one buffer (see [`OutputStream::next_parts`]).
     pub async fn next(&mut self) -> Result<Option<Frame>, ClientError> {
+        let mut parts = Vec::new();
+        Ok(self.next_parts(&mut parts).await?.map(|h| Frame {
+            kind: h.kind,
+            flags: h.flags,
+            payload: protocol::frame::concat(parts),
+        }))
+    }
+
+    /// The next whole frame, including keepalives, with its payload appended to `parts` as received:
+    /// one slice per read it spans, never copied. `None` at the end of the response.
+    pub async fn next_parts(
+        &mut self,
+        parts: &mut Vec<Bytes>,
+    ) -> Result<Option<FrameHeader>, ClientError> {
         loop {
-            if let Some(f) = self.decoder.next_frame().map_err(ClientError::Frame)? {
-                return Ok(Some(f));
+            if let Some(h) = self
+                .decoder
+                .next_frame_parts(parts)
+                .map_err(ClientError::Frame)?
+            {
+                return Ok(Some(h));
             }
             if self.done {
                 self.decoder.finish().map_err(ClientError::Frame)?;
@@ -75,9 +94,11 @@ pub struct Attached {
 
 impl ShimClient {
     /// Follows `id`'s output from `offset` to the exit frame, calling `sink` with every stdout and
-    /// stderr payload exactly once, resuming after broken connections (up to `max_retries` in a row
+    /// stderr payload exactly once and in order, resuming after broken connections (up to `max_retries` in a row
     /// without progress, with backoff). Once a stream has been served, a proxy's refusal (see
     /// [`ClientError::is_proxy_refusal`]: an apiserver just restarted) is retried like a break.
+    /// A payload that arrived split across reads is handed on in its pieces, one call each, without
+    /// copying; only whole frames are handed on, so no piece is ever handed on twice.
     pub async fn attach(
         &self,
         id: &str,
@@ -93,16 +114,23 @@ impl ShimClient {
             let result: Result<Option<(Exit, u64)>, ClientError> = async {
                 let mut stream = self.output(id, offset, true).await?;
                 served = true;
+                let mut parts = Vec::new();
                 loop {
-                    let frame = stream.next().await;
+                    parts.clear();
+                    let header = stream.next_parts(&mut parts).await;
                     // Frames are handed on only once whole, so `offset` always names a boundary.
-                    match frame? {
-                        Some(f) => {
-                            match f.kind {
-                                FrameType::Stdout | FrameType::Stderr => sink(f.kind, f.payload),
+                    match header? {
+                        Some(h) => {
+                            match h.kind {
+                                FrameType::Stdout | FrameType::Stderr => {
+                                    for part in parts.drain(..) {
+                                        sink(h.kind, part);
+                                    }
+                                }
                                 FrameType::Exit => {
-                                    let exit: Exit = serde_json::from_slice(&f.payload)
-                                        .map_err(ClientError::Json)?;
+                                    let json = protocol::frame::concat(std::mem::take(&mut parts));
+                                    let exit: Exit =
+                                        serde_json::from_slice(&json).map_err(ClientError::Json)?;
                                     return Ok(Some((exit, stream.offset())));
                                 }
                                 _ => {}

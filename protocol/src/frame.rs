@@ -169,8 +169,8 @@ impl Frame {
 /// past the last frame taken: the offset to resume from. Keepalive frames are yielded too (callers
 /// usually skip them) but never advance the offset, because they are not part of the log.
 ///
-/// Received chunks are kept as they came: a payload that lies within one chunk is handed out as a
-/// slice of it, without copying; only a payload split across chunks is gathered into a new buffer.
+/// Received chunks are kept as they came: [`Decoder::next_frame_parts`] hands a payload out as slices
+/// of them, never copied; [`Decoder::next_frame`] copies only a payload split across chunks.
 #[derive(Debug, Default)]
 pub struct Decoder {
     chunks: VecDeque<Bytes>,
@@ -229,35 +229,39 @@ impl Decoder {
         Some(head)
     }
 
-    /// Removes and returns the first `n` pending bytes (`n <= pending`), slicing when one chunk
-    /// holds them all.
-    fn take(&mut self, n: usize) -> Bytes {
+    /// Removes the first `n` pending bytes (`n <= pending`) and appends them to `parts` as slices
+    /// of the received chunks, one per chunk they span: nothing is copied.
+    fn take_parts(&mut self, n: usize, parts: &mut Vec<Bytes>) {
+        self.take_into(n, Some(parts));
+    }
+
+    /// Removes the first `n` pending bytes, appending them to `parts` when given.
+    fn take_into(&mut self, mut n: usize, mut parts: Option<&mut Vec<Bytes>>) {
         self.pending -= n;
-        if let Some(front) = self.chunks.front_mut()
-            && front.len() >= n
-        {
-            let out = front.split_to(n);
-            if front.is_empty() {
-                self.chunks.pop_front();
-            }
-            return out;
-        }
-        let mut out = BytesMut::with_capacity(n);
-        while out.len() < n {
+        // Bounded: every pass takes at least one byte or stops.
+        while n > 0 {
             let Some(front) = self.chunks.front_mut() else {
                 break;
             };
-            let k = front.len().min(n - out.len());
-            out.extend_from_slice(&front.split_to(k));
+            let k = front.len().min(n);
+            let part = front.split_to(k);
+            if let Some(parts) = parts.as_deref_mut() {
+                parts.push(part);
+            }
             if front.is_empty() {
                 self.chunks.pop_front();
             }
+            n -= k;
         }
-        out.freeze()
     }
 
-    /// The next whole frame, `Ok(None)` if more bytes are needed.
-    pub fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
+    /// The next whole frame with its payload appended to `parts` as it was received: one slice per
+    /// received chunk it spans, never copied (an empty payload appends nothing). `Ok(None)` if more
+    /// bytes are needed. Like [`Decoder::next_frame`], it moves the offset only past whole frames.
+    pub fn next_frame_parts(
+        &mut self,
+        parts: &mut Vec<Bytes>,
+    ) -> Result<Option<FrameHeader>, FrameError> {
         let Some(head) = self.peek_header() else {
             return Ok(None);
         };
@@ -266,15 +270,26 @@ impl Decoder {
         if self.pending < total {
             return Ok(None);
         }
-        self.take(HEADER_LEN);
-        let payload = self.take(header.len as usize);
+        self.take_into(HEADER_LEN, None);
+        self.take_parts(header.len as usize, parts);
         if header.kind != FrameType::Keepalive {
             self.offset += total as u64;
         }
+        Ok(Some(header))
+    }
+
+    /// The next whole frame, `Ok(None)` if more bytes are needed. Its payload is a slice of the
+    /// received bytes when it arrived in one chunk, else gathered into a new buffer (see
+    /// [`Decoder::next_frame_parts`] to avoid that copy).
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
+        let mut parts = Vec::new();
+        let Some(header) = self.next_frame_parts(&mut parts)? else {
+            return Ok(None);
+        };
         Ok(Some(Frame {
             kind: header.kind,
             flags: header.flags,
-            payload,
+            payload: concat(parts),
         }))
     }
 
@@ -294,6 +309,18 @@ impl Decoder {
             }
         }
     }
+}
+
+/// One buffer of `parts`: the part itself when there is one, else a copy of them all.
+pub fn concat(mut parts: Vec<Bytes>) -> Bytes {
+    if parts.len() <= 1 {
+        return parts.pop().unwrap_or_default();
+    }
+    let mut out = BytesMut::with_capacity(parts.iter().map(Bytes::len).sum());
+    for p in &parts {
+        out.extend_from_slice(p);
+    }
+    out.freeze()
 }
 
 #[cfg(test)]

@@ -2,13 +2,12 @@
 //!
 //! The first bytes live in memory (bounded per log and by a shim-wide [`Budget`]); once either bound is
 //! reached, later bytes go to an unlinked spill file in the data directory, so the log's memory stays
-//! bounded while nothing is ever dropped. Readers copy byte ranges out under the log's lock; followers
+//! bounded while nothing is ever dropped; a running process's newest spilled bytes wait in a write-behind
+//! tail ([`behind`]) that reaches the file in page-aligned writes. Readers copy byte ranges out under the log's lock; followers
 //! watch [`LogState`] to learn of new bytes. A sparse index of frame starts lets an offset be checked
 //! for being a frame boundary without keeping one entry per frame.
 
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -17,10 +16,10 @@ use bytes::Bytes;
 use protocol::{FrameHeader, FrameType, HEADER_LEN};
 use tokio::sync::watch;
 
-/// Largest read on the output path: from a process's pipe (hence the largest frame payload the
-/// shim writes; a client resumes only from whole frames, so this also bounds what a flaky connection
-/// must carry to make progress) and out of the log into a stream. Measured against 16, 32 and 128 KiB
-/// on one stream (README, footprint).
+/// Largest read from a process's pipe (hence the largest frame payload the shim writes; a client
+/// resumes only from whole frames, so this also bounds what a flaky connection must carry to make
+/// progress). Measured against 16, 32 and 128 KiB on one stream (README, footprint). Reads out of
+/// the log into a stream take up to [`pool::STREAM_READ`].
 pub const IO_CHUNK: usize = 64 * 1024;
 
 /// Size of an in-memory chunk; chunks grow by doubling up to this, so a quiet process costs little.
@@ -56,7 +55,21 @@ impl Budget {
             .is_ok()
     }
 
-    /// Bytes of output held in memory.
+    /// Whether a spilling log gets a write-behind tail: only when one log's share holds it twice.
+    fn tails(&self) -> bool {
+        self.per_log >= 2 * behind::TAIL_CAP as u64
+    }
+
+    /// Bytes one log keeps in memory chunks: its share, less a tail's room when it may take one.
+    fn chunk_limit(&self) -> u64 {
+        if self.tails() {
+            self.per_log - behind::TAIL_CAP as u64
+        } else {
+            self.per_log
+        }
+    }
+
+    /// Bytes of output held in memory (write-behind tails count by their capacity).
     pub fn memory_bytes(&self) -> u64 {
         self.memory.load(Ordering::Relaxed)
     }
@@ -83,7 +96,7 @@ struct Inner {
     chunks: Vec<Vec<u8>>,
     mem_len: u64,
     spilling: bool,
-    spill: Option<File>,
+    spill: Option<behind::Spilled>,
     end: u64,
     index: Vec<u64>,
     complete: bool,
@@ -147,21 +160,36 @@ impl OutputLog {
             return Ok(());
         }
         let n = frame.len() as u64;
-        if !inner.spilling && inner.mem_len + n <= self.budget.per_log && self.budget.try_take(n) {
+        if !inner.spilling
+            && inner.mem_len + n <= self.budget.chunk_limit()
+            && self.budget.try_take(n)
+        {
             push_mem(&mut inner.chunks, frame);
             inner.mem_len += n;
         } else {
             inner.spilling = true;
             if inner.spill.is_none() {
-                inner.spill = Some(spill::open(&self.spill_dir)?);
+                let file = spill::open(&self.spill_dir)?;
+                let tail = self.budget.tails() && self.budget.try_take(behind::TAIL_CAP as u64);
+                inner.spill = Some(behind::Spilled::new(file, tail));
             }
-            let at = inner.end - inner.mem_len;
-            let file = inner
+            let spilled = inner
                 .spill
-                .as_ref()
+                .as_mut()
                 .ok_or_else(|| io::Error::other("no spill file"))?;
-            file.write_all_at(frame, at)?;
-            self.budget.disk.fetch_add(n, Ordering::Relaxed);
+            let before = spilled.written();
+            spilled.append(frame)?;
+            if kind == FrameType::Exit {
+                // Nothing follows the exit frame: write the tail out and give its memory back. On
+                // an error the tail stays readable in memory.
+                if let Ok(true) = spilled.finish() {
+                    self.budget
+                        .memory
+                        .fetch_sub(behind::TAIL_CAP as u64, Ordering::AcqRel);
+                }
+            }
+            let wrote = spilled.written() - before;
+            self.budget.disk.fetch_add(wrote, Ordering::Relaxed);
         }
         let start = inner.end;
         if start >= inner.index.len() as u64 * STRIDE {
@@ -189,14 +217,14 @@ impl OutputLog {
         *self.state.borrow()
     }
 
-    /// Up to `max` bytes of the log from `offset`, and never more than [`IO_CHUNK`] (fewer at the
+    /// Up to `max` bytes of the log from `offset`, and never more than [`pool::STREAM_READ`] (fewer at the
     /// end; empty at or past it). The bytes live in a pooled buffer until the last clone is dropped.
     pub fn read(&self, offset: u64, max: usize) -> io::Result<Bytes> {
         let inner = self.lock();
         if inner.freed || offset >= inner.end {
             return Ok(Bytes::new());
         }
-        let len = (inner.end - offset).min(max.min(IO_CHUNK) as u64) as usize;
+        let len = (inner.end - offset).min(max.min(pool::STREAM_READ) as u64) as usize;
         let mut buf = pool::take(len);
         read_range(&inner, offset, len, &mut buf)?;
         drop(inner);
@@ -253,12 +281,14 @@ impl OutputLog {
     }
 
     fn release(&self, inner: &mut Inner) {
+        let (tail, written) = inner.spill.as_ref().map_or((0, 0), |s| {
+            let tail = if s.has_tail() { behind::TAIL_CAP } else { 0 };
+            (tail as u64, s.written())
+        });
         self.budget
             .memory
-            .fetch_sub(inner.mem_len, Ordering::AcqRel);
-        self.budget
-            .disk
-            .fetch_sub(inner.end - inner.mem_len, Ordering::Relaxed);
+            .fetch_sub(inner.mem_len + tail, Ordering::AcqRel);
+        self.budget.disk.fetch_sub(written, Ordering::Relaxed);
         inner.chunks = Vec::new();
         inner.index = Vec::new();
         inner.spill = None;
@@ -310,22 +340,16 @@ fn read_range(inner: &Inner, offset: u64, len: usize, out: &mut Vec<u8>) -> io::
         pos += take as u64;
     }
     if pos < stop {
-        let file = inner
+        let spilled = inner
             .spill
             .as_ref()
             .ok_or_else(|| io::Error::other("spill file missing"))?;
-        // Bounded: every pass reads at least one byte or returns.
-        while pos < stop {
-            let want = (stop - pos) as usize;
-            match crate::sys::read_spare(file, out, want, Some(pos - inner.mem_len))? {
-                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-                n => pos += n as u64,
-            }
-        }
+        spilled.read(pos - inner.mem_len, (stop - pos) as usize, out)?;
     }
     Ok(())
 }
 
+mod behind;
 pub(crate) mod pool;
 mod spill;
 

@@ -91,6 +91,42 @@ proptest! {
         prop_assert_eq!(got, frames);
     }
 
+    /// The same under any split through `next_frame_parts`: the parts of each payload join to it,
+    /// the offset moves past whole frames only, and every part is a slice of a received chunk.
+    #[test]
+    fn parts_roundtrip_under_any_split(frames in proptest::collection::vec(frame_strategy(), 0..40),
+                                       cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..20)) {
+        let mut bytes = Vec::new();
+        for f in &frames { f.encode_into(&mut bytes); }
+        let mut points: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+        points.push(0);
+        points.push(bytes.len());
+        points.sort_unstable();
+        let mut d = Decoder::new(0);
+        let mut got = Vec::new();
+        let mut chunks = Vec::new();
+        for w in points.windows(2) {
+            let chunk = Bytes::copy_from_slice(&bytes[w[0]..w[1]]);
+            chunks.push(chunk.clone());
+            d.push_bytes(chunk);
+            let mut parts = Vec::new();
+            while let Some(h) = d.next_frame_parts(&mut parts).unwrap() {
+                for p in &parts {
+                    let within = chunks.iter().any(|c| {
+                        let r = c.as_ptr() as usize..=c.as_ptr() as usize + c.len();
+                        r.contains(&(p.as_ptr() as usize)) && r.contains(&(p.as_ptr() as usize + p.len()))
+                    });
+                    prop_assert!(within, "a part is a slice of a received chunk");
+                }
+                got.push(Frame { kind: h.kind, flags: h.flags, payload: concat(std::mem::take(&mut parts)) });
+            }
+            prop_assert!(parts.is_empty(), "no parts of a frame that is not whole");
+        }
+        prop_assert_eq!(d.finish(), Ok(()));
+        prop_assert_eq!(d.offset(), bytes.len() as u64 - frames.iter().filter(|f| f.kind == FrameType::Keepalive).count() as u64 * HEADER_LEN as u64);
+        prop_assert_eq!(got, frames);
+    }
+
     /// Arbitrary bytes never panic the decoder; it either yields frames, asks for more, or errors.
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2000)) {
@@ -130,4 +166,28 @@ fn a_payload_within_one_chunk_is_a_slice_of_it_and_a_split_one_is_gathered() {
     assert!(!inside.contains(&(second.payload.as_ptr() as usize)));
     assert_eq!(d.pending(), 0);
     assert_eq!(d.offset(), 2016);
+}
+
+#[test]
+fn a_split_payload_comes_as_parts_without_a_copy() {
+    let mut bytes = Vec::new();
+    Frame::new(FrameType::Stdout, vec![7u8; 1000]).encode_into(&mut bytes);
+    let chunk = Bytes::from(bytes);
+    let mut d = Decoder::new(0);
+    d.push_bytes(chunk.slice(..100));
+    d.push_bytes(chunk.slice(100..700));
+    let mut parts = Vec::new();
+    assert_eq!(d.next_frame_parts(&mut parts).unwrap(), None);
+    assert!(parts.is_empty());
+    d.push_bytes(chunk.slice(700..));
+    let header = d.next_frame_parts(&mut parts).unwrap().unwrap();
+    assert_eq!((header.kind, header.len), (FrameType::Stdout, 1000));
+    let lens: Vec<usize> = parts.iter().map(Bytes::len).collect();
+    assert_eq!(lens, [92, 600, 308]);
+    assert_eq!(
+        parts[0].as_ptr(),
+        chunk[8..].as_ptr(),
+        "a slice, not a copy"
+    );
+    assert_eq!(d.offset(), 1008);
 }

@@ -2,6 +2,7 @@
 
 use super::*;
 use protocol::Decoder;
+use std::os::unix::fs::FileExt;
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("stepshim-logtest-{name}-{}", std::process::id()));
@@ -63,6 +64,60 @@ fn memory_then_spill_reads_back_every_byte() {
 }
 
 #[test]
+fn the_write_behind_tail_serves_readers_and_is_freed_at_exit() {
+    let dir = temp_dir("tail");
+    // 1 MiB per log: room for memory chunks and a tail.
+    let budget = Arc::new(Budget::new(16 * 1024 * 1024));
+    assert!(budget.tails());
+    let log = OutputLog::new(budget.clone(), dir.clone());
+    let mut all = Vec::new();
+    let mut read_to = 0u64;
+    for i in 0..200usize {
+        let size = (i * 7919) % (IO_CHUNK + 1);
+        let payload: Vec<u8> = (0..size).map(|j| (i * 31 + j) as u8).collect();
+        protocol::Frame::new(FrameType::Stdout, payload.clone()).encode_into(&mut all);
+        log.append(FrameType::Stdout, &payload).expect("append");
+        // A follower that keeps up, reading across the memory, file and tail parts.
+        while read_to < all.len() as u64 {
+            let b = log.read(read_to, usize::MAX).expect("read");
+            assert_eq!(&b[..], &all[read_to as usize..read_to as usize + b.len()]);
+            read_to += b.len() as u64;
+        }
+        assert!(budget.memory_bytes() <= 1024 * 1024);
+    }
+    let spilled = log
+        .lock()
+        .spill
+        .as_ref()
+        .map(|s| (s.has_tail(), s.written()));
+    let (tail, written) = spilled.expect("spilled");
+    assert!(tail, "a spilling log with room takes a tail");
+    assert_eq!(written % 4096, 0, "the file is written in whole pages");
+    assert_eq!(budget.disk_bytes(), written);
+    protocol::Frame::new(FrameType::Exit, &b"{}"[..]).encode_into(&mut all);
+    log.append(FrameType::Exit, b"{}").expect("exit");
+    // The exit frame wrote the tail out and gave its memory back.
+    assert!(!log.lock().spill.as_ref().expect("spilled").has_tail());
+    assert_eq!(
+        budget.memory_bytes() + budget.disk_bytes(),
+        all.len() as u64
+    );
+    // Every byte reads back from any offset once the tail is gone.
+    let mut got = Vec::new();
+    let mut off = 0u64;
+    while off < all.len() as u64 {
+        let b = log.read(off, 50_000).expect("read");
+        got.extend_from_slice(&b);
+        off += b.len() as u64;
+    }
+    assert_eq!(got, all);
+    log.free();
+    assert_eq!(budget.memory_bytes(), 0);
+    assert_eq!(budget.disk_bytes(), 0);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
 fn boundaries_match_frame_starts_exactly() {
     let dir = temp_dir("bound");
     let log = OutputLog::new(Arc::new(Budget::new(2 * 1024 * 1024)), dir.clone());
@@ -87,7 +142,7 @@ fn boundaries_match_frame_starts_exactly() {
     let mut at = starts[50];
     while at < end {
         let chunk = log.read(at, usize::MAX).expect("read");
-        assert!(!chunk.is_empty() && chunk.len() <= IO_CHUNK);
+        assert!(!chunk.is_empty() && chunk.len() <= pool::STREAM_READ);
         at += chunk.len() as u64;
         d.push(&chunk);
         while d.next_frame().expect("frame").is_some() {}
@@ -133,7 +188,7 @@ fn chunk_reads_reuse_pooled_buffers_and_small_reads_do_not_pin_them() {
     assert_eq!(first.len(), IO_CHUNK);
     let ptr = first.as_ptr();
     drop(first);
-    assert!(pool::idle() >= 1, "a dropped chunk returns its buffer");
+    assert!(pool::idle().0 >= 1, "a dropped chunk returns its buffer");
     // Another chunk-sized read, from the spill file this time, lands in a buffer from the pool.
     let at = all.len() as u64 - IO_CHUNK as u64;
     let second = log.read(at, IO_CHUNK).expect("read");
@@ -141,7 +196,16 @@ fn chunk_reads_reuse_pooled_buffers_and_small_reads_do_not_pin_them() {
     let reused = second.as_ptr() == ptr;
     drop(second);
     // Other tests share the pool; only a pool emptied by them can hand out another buffer.
-    assert!(reused || pool::idle() > 1);
+    assert!(reused || pool::idle().0 > 1);
+    // A follower's larger read takes a stream-sized buffer, which returns to its own pool.
+    let big = log.read(0, usize::MAX).expect("read");
+    assert_eq!(big.len(), pool::STREAM_READ.min(all.len()));
+    assert_eq!(&big[..], &all[..big.len()]);
+    drop(big);
+    assert!(
+        pool::idle().1 >= 1,
+        "a dropped stream-sized chunk returns its buffer"
+    );
     // A small read takes an exact allocation, never a chunk-sized buffer.
     let small = log.read(3, 100).expect("read");
     assert_eq!(&small[..], &all[3..103]);
