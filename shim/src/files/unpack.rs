@@ -33,7 +33,7 @@ use tar::{Archive, EntryType, Header};
 
 use super::beneath::{Resolve, kind_at, open_dirs};
 use super::commit::{Explicit, Staged, blocked, finish_dirs};
-use super::contents::{COPY_BUF, Parent};
+use super::contents::{ALIGN, COPY_BUF, Parent};
 use super::guard::{Guard, Limits};
 use super::meta::Meta;
 use super::{FilesError, check_request_path, entry_components, refused};
@@ -95,7 +95,7 @@ pub fn extract_with<R: Read>(
         opts: *opts,
         dirs: Vec::new(),
         stats: ExtractStats::default(),
-        buf: vec![0; COPY_BUF],
+        buf: vec![0; COPY_BUF + ALIGN],
         parent: None,
     };
     let result = unpacker.run(&mut Archive::new(&mut guard));
@@ -138,7 +138,7 @@ pub(super) struct Unpacker<'a> {
     /// Directories seen, by components below the root, with the metadata to give them at the end.
     dirs: Vec<(Vec<OsString>, Meta)>,
     pub stats: ExtractStats,
-    /// File contents go through it ([`COPY_BUF`] bytes).
+    /// File contents go through it ([`COPY_BUF`] bytes, aligned for direct I/O, in it).
     pub buf: Vec<u8>,
     /// The parent of the last entry placed, kept open for the next entries in the same directory.
     pub parent: Option<Rc<Parent>>,
@@ -256,7 +256,7 @@ impl Unpacker<'_> {
         let parent = Rc::new(Parent {
             comps: parents.iter().map(|c| c.to_os_string()).collect(),
             fd,
-            owner: Cell::new(None),
+            learned: Cell::new(None),
         });
         self.parent = Some(parent.clone());
         Ok((parent, last))
