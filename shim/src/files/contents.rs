@@ -24,9 +24,10 @@ use super::{FilesError, refused};
 use crate::sys::direct::set_direct;
 use crate::sys::fs as sysfs;
 
-/// Size of the one buffer file contents are streamed through: as large as the pull's receive
-/// buffer, so that a large file's contents are read from the socket straight into it.
-pub(super) const COPY_BUF: usize = 256 * 1024;
+/// Size of the one buffer file contents are streamed through: at least the pull's receive buffer,
+/// so that a large file's contents are read from the socket straight into it, and 1 MiB so that a
+/// direct write is one large request to the disk (256 KiB: 4% more of a pull's CPU).
+pub(super) const COPY_BUF: usize = 1024 * 1024;
 
 /// Files at least this large are written with `O_DIRECT`: their contents go from the buffer to the
 /// disk, not copied into the page cache first. On a VM whose free memory goes back to the host
