@@ -134,6 +134,8 @@ async fn large_files_and_modes_land_byte_for_byte() {
         h.set_size(data.len() as u64);
         h.set_mode(*mode);
         h.set_mtime(1_234_567_890);
+        h.set_uid(0);
+        h.set_gid(0);
         h.set_cksum();
         b.append_data(&mut h, name, &data[..]).unwrap();
     }
