@@ -58,6 +58,9 @@ fn write_chunk(file: &mut File, mut chunk: &[u8], direct: &mut bool) -> io::Resu
     Ok(())
 }
 
+/// Granularity of holes: an aligned run of zeros this long is skipped, not written.
+const HOLE: usize = 64 * 1024;
+
 /// Zeros compared against (with `memcmp`) to find holes; small, as it sits in the binary.
 static ZEROS: [u8; 512] = [0; 512];
 
@@ -133,17 +136,29 @@ impl Unpacker<'_> {
             if n == 0 {
                 break;
             }
-            hole_at_end = is_hole(&buf[..n]);
-            if hole_at_end {
-                file.seek(SeekFrom::Current(n as i64))
-                    .map_err(|e| fail("writing", e))?;
-            } else {
-                if direct && n % ALIGN != 0 {
-                    // The unaligned tail goes through the page cache.
-                    direct = false;
-                    set_direct(file.as_fd(), false).map_err(|e| fail("writing", e))?;
+            // Runs of whole pieces, each run of zeros skipped with one seek, each of data one write.
+            let mut at = 0;
+            while at < n {
+                let piece = |from: usize| &buf[from..(from + HOLE).min(n)];
+                let hole = is_hole(piece(at));
+                let mut end = (at + HOLE).min(n);
+                while end < n && is_hole(piece(end)) == hole {
+                    end = (end + HOLE).min(n);
                 }
-                write_chunk(&mut file, &buf[..n], &mut direct).map_err(|e| fail("writing", e))?;
+                if hole {
+                    file.seek(SeekFrom::Current((end - at) as i64))
+                        .map_err(|e| fail("writing", e))?;
+                } else {
+                    if direct && (end - at) % ALIGN != 0 {
+                        // The unaligned tail goes through the page cache.
+                        direct = false;
+                        set_direct(file.as_fd(), false).map_err(|e| fail("writing", e))?;
+                    }
+                    write_chunk(&mut file, &buf[at..end], &mut direct)
+                        .map_err(|e| fail("writing", e))?;
+                }
+                hole_at_end = hole;
+                at = end;
             }
             copied += n as u64;
             if n < buf.len() {
