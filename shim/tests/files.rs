@@ -149,7 +149,10 @@ async fn large_files_and_modes_land_byte_for_byte() {
         let meta = std::fs::metadata(&path).unwrap();
         assert_eq!(meta.permissions().mode() & 0o7777, *mode, "{name}");
         assert_eq!(meta.mtime(), 1_234_567_890, "{name}");
-        assert!(std::fs::read(&path).unwrap() == *data, "{name}: contents differ");
+        assert!(
+            std::fs::read(&path).unwrap() == *data,
+            "{name}: contents differ"
+        );
     }
     std::fs::remove_dir_all(dir).ok();
 }

@@ -297,8 +297,7 @@ impl Unpacker<'_> {
         let dir = parent.fd.as_fd();
         if kind_at(dir, last).ok().flatten() != Some(Kind::Dir) {
             self.clear(shown, dir, last)?;
-            sysfs::mkdir_at(dir, last, 0o755)
-                .map_err(|e| io_err("creating", shown, e))?;
+            sysfs::mkdir_at(dir, last, 0o755).map_err(|e| io_err("creating", shown, e))?;
         }
         self.dirs
             .push((comps.iter().map(|c| c.to_os_string()).collect(), meta));
