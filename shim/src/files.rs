@@ -22,7 +22,9 @@ use std::path::{Component, Path};
 
 mod beneath;
 mod commit;
+mod contents;
 mod guard;
+mod links;
 mod meta;
 mod pack;
 mod sink;

@@ -225,6 +225,7 @@ pub fn geteuid() -> u32 {
 }
 
 mod buf;
+pub mod direct;
 mod exec;
 pub mod fs;
 

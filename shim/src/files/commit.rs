@@ -332,7 +332,7 @@ pub fn finish_dirs(
             continue;
         };
         let shown: std::path::PathBuf = comps.iter().collect();
-        apply(&File::from(dir), &shown, &meta)?;
+        apply(&File::from(dir), &shown, &meta, true)?;
     }
     Ok(())
 }

@@ -42,15 +42,22 @@ impl Meta {
     }
 }
 
-/// Sets owner (first: `chown` clears setuid bits), mode and mtime through an open file or
-/// directory; `path` only names it in errors.
-pub(super) fn apply(file: &File, path: &Path, meta: &Meta) -> Result<(), FilesError> {
+/// Sets owner (first: `chown` clears setuid bits), mode (unless `set_mode` is false: the file has
+/// it already) and mtime through an open file or directory; `path` only names it in errors.
+pub(super) fn apply(
+    file: &File,
+    path: &Path,
+    meta: &Meta,
+    set_mode: bool,
+) -> Result<(), FilesError> {
     if let Some((uid, gid)) = meta.owner {
         fchown(file, Some(uid), Some(gid))
             .map_err(|err| FilesError::io("changing the owner of", path, err))?;
     }
-    file.set_permissions(Permissions::from_mode(meta.mode))
-        .map_err(|err| FilesError::io("changing the mode of", path, err))?;
+    if set_mode {
+        file.set_permissions(Permissions::from_mode(meta.mode))
+            .map_err(|err| FilesError::io("changing the mode of", path, err))?;
+    }
     file.set_modified(meta.mtime)
         .map_err(|err| FilesError::io("setting the mtime of", path, err))
 }

@@ -16,24 +16,26 @@
 //!   target directory), reached without symlinks;
 //! - device files and FIFOs are refused; a file's apparent size may not exceed the upload cap.
 //!
-//! File contents are written sparse: a run of zeros (a GNU sparse entry's holes, which the `tar`
-//! crate yields as zeros) is skipped with a seek, not written. Modes (setuid included), mtimes and,
-//! when asked, owners (`meta.rs`) are set through the file's own fd after its contents are
-//! written. Directories get theirs after the commit, deepest first, through fds opened below the
-//! target; the target directory's own metadata (a `./` entry) is never applied.
+//! Regular files are written by `contents.rs` (sparse: a run of zeros, as a GNU sparse entry's
+//! holes come from the `tar` crate, is skipped with a seek; modes, mtimes and owners set through the
+//! file's own fd after its contents), symlinks and hard links by `links.rs`. Directories get their
+//! metadata after the commit, deepest first, through fds opened below the target; the target
+//! directory's own metadata (a `./` entry) is never applied.
 
+use std::cell::Cell;
 use std::ffi::{OsStr, OsString};
-use std::fs::File;
-use std::io::{self, ErrorKind, Read, Seek, SeekFrom, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
+use std::rc::Rc;
 
 use tar::{Archive, EntryType, Header};
 
-use super::beneath::{Blocked, Resolve, kind_at, open_dirs, remove_tree};
+use super::beneath::{Resolve, kind_at, open_dirs};
 use super::commit::{Explicit, Staged, blocked, finish_dirs};
+use super::contents::{ALIGN, COPY_BUF, Parent};
 use super::guard::{Guard, Limits};
-use super::meta::{Meta, apply};
+use super::meta::Meta;
 use super::{FilesError, check_request_path, entry_components, refused};
 use crate::sys::fs::{self as sysfs, Kind};
 
@@ -60,17 +62,6 @@ pub struct Options {
 
 /// Entries deeper than this are refused: removing or merging a tree holds one fd per level.
 pub const MAX_DEPTH: usize = 512;
-
-/// Size of the one buffer file contents are streamed through.
-const COPY_BUF: usize = 64 * 1024;
-
-/// Zeros compared against (with `memcmp`) to find holes; small, as it sits in the binary.
-static ZEROS: [u8; 512] = [0; 512];
-
-/// Whether `buf` holds only zeros.
-fn is_hole(buf: &[u8]) -> bool {
-    buf.chunks(ZEROS.len()).all(|c| c == &ZEROS[..c.len()])
-}
 
 /// Extracts a tar stream under `dir` (absolute; created with parents if missing) with the
 /// default caps. See [`extract_with`].
@@ -104,7 +95,8 @@ pub fn extract_with<R: Read>(
         opts: *opts,
         dirs: Vec::new(),
         stats: ExtractStats::default(),
-        buf: vec![0; COPY_BUF],
+        buf: vec![0; COPY_BUF + ALIGN],
+        parent: None,
     };
     let result = unpacker.run(&mut Archive::new(&mut guard));
     if let Some(exceeded) = guard.exceeded.take() {
@@ -124,7 +116,7 @@ pub fn extract_with<R: Read>(
 }
 
 /// An [`FilesError::Io`] for `what` (a verb phrase) on the entry `shown`.
-fn io_err(what: &str, shown: &str, source: io::Error) -> FilesError {
+pub(super) fn io_err(what: &str, shown: &str, source: io::Error) -> FilesError {
     FilesError::Io {
         context: format!("{what} {shown:?}"),
         source,
@@ -132,21 +124,24 @@ fn io_err(what: &str, shown: &str, source: io::Error) -> FilesError {
 }
 
 /// A tar stream error: the stream itself is broken (or could not be read).
-fn corrupt(err: io::Error) -> FilesError {
+pub(super) fn corrupt(err: io::Error) -> FilesError {
     FilesError::InvalidTar(err.to_string())
 }
 
 /// The state of one extraction.
-struct Unpacker<'a> {
+pub(super) struct Unpacker<'a> {
     /// The staging copy of the target directory.
-    root: BorrowedFd<'a>,
+    pub root: BorrowedFd<'a>,
     /// The target directory when it existed before, for hard links to files already there.
-    existing: Option<BorrowedFd<'a>>,
-    opts: Options,
+    pub existing: Option<BorrowedFd<'a>>,
+    pub opts: Options,
     /// Directories seen, by components below the root, with the metadata to give them at the end.
     dirs: Vec<(Vec<OsString>, Meta)>,
-    stats: ExtractStats,
-    buf: Vec<u8>,
+    pub stats: ExtractStats,
+    /// File contents go through it ([`COPY_BUF`] bytes, aligned for direct I/O, in it).
+    pub buf: Vec<u8>,
+    /// The parent of the last entry placed, kept open for the next entries in the same directory.
+    pub parent: Option<Rc<Parent>>,
 }
 
 impl Unpacker<'_> {
@@ -208,12 +203,12 @@ impl Unpacker<'_> {
                     )));
                 }
                 let (parent, last) = self.place(&shown, &comps)?;
-                self.file(&shown, parent.as_fd(), last, size, data, meta)?
+                self.file(&shown, &parent, last, size, data, meta)?
             }
             EntryType::Symlink => {
                 let target = link_target("symlink without a target")?;
                 let (parent, last) = self.place(&shown, &comps)?;
-                self.symlink(&shown, parent.as_fd(), last, target, meta)?
+                self.symlink(&shown, parent.fd.as_fd(), last, target, meta)?
             }
             EntryType::Link => {
                 let target = entry_components(
@@ -237,32 +232,58 @@ impl Unpacker<'_> {
     }
 
     /// The opened parent of a (non-root) entry and its last component, creating missing parents.
-    fn place<'c>(
-        &self,
+    /// The parent is kept open for the next entries in the same directory (a stream lists a
+    /// directory's entries together): one open per directory instead of an open and a close per
+    /// entry. The staging directory is the shim's own and mode 0700, so nobody but root moves a
+    /// directory in it meanwhile, and a kept fd stays the directory it was opened as, beneath the
+    /// root without symlinks, whatever is renamed later.
+    pub(super) fn place<'c>(
+        &mut self,
         shown: &str,
         comps: &[&'c OsStr],
-    ) -> Result<(OwnedFd, &'c OsStr), FilesError> {
+    ) -> Result<(Rc<Parent>, &'c OsStr), FilesError> {
         let Some((last, parents)) = comps.split_last() else {
             return Err(refused(shown, "names the target directory itself"));
         };
-        let parent = open_dirs(self.root, parents, true, self.opts.resolve)
+        if let Some(p) = &self.parent
+            && p.comps.len() == parents.len()
+            && p.comps.iter().zip(parents).all(|(a, b)| a == b)
+        {
+            return Ok((p.clone(), last));
+        }
+        let fd = open_dirs(self.root, parents, true, self.opts.resolve)
             .map_err(|b| blocked(shown, parents, b))?;
+        let parent = Rc::new(Parent {
+            comps: parents.iter().map(|c| c.to_os_string()).collect(),
+            fd,
+            learned: Cell::new(None),
+        });
+        self.parent = Some(parent.clone());
         Ok((parent, last))
     }
 
     /// Makes room at `name` in `parent` for a new entry that is not a directory: removes what is
-    /// there (a file or symlink is unlinked, never followed; a directory only if empty).
-    fn clear(&self, shown: &str, parent: BorrowedFd<'_>, name: &OsStr) -> Result<(), FilesError> {
+    /// there (a file or symlink is unlinked, never followed; a directory only if empty, which
+    /// also forgets the kept parent, in case it was that directory).
+    pub(super) fn clear(
+        &mut self,
+        shown: &str,
+        parent: BorrowedFd<'_>,
+        name: &OsStr,
+    ) -> Result<(), FilesError> {
         let fail = |e| io_err("replacing", shown, e);
         match kind_at(parent, name).map_err(fail)? {
             None => Ok(()),
-            Some(Kind::Dir) => sysfs::unlink_at(parent, name, true).map_err(|err| {
-                if err.raw_os_error() == Some(libc::ENOTEMPTY) {
-                    refused(shown, "would replace a non-empty directory")
-                } else {
-                    fail(err)
-                }
-            }),
+            Some(Kind::Dir) => {
+                self.parent = None;
+                sysfs::unlink_at(parent, name, true).map_err(|err| {
+                    if err.raw_os_error() == Some(libc::ENOTEMPTY) {
+                        refused(shown, "would replace a non-empty directory")
+                    } else {
+                        fail(err)
+                    }
+                })
+            }
             Some(_) => sysfs::unlink_at(parent, name, false).map_err(fail),
         }
     }
@@ -273,136 +294,13 @@ impl Unpacker<'_> {
             return Ok(()); // the target itself: its metadata is left alone
         }
         let (parent, last) = self.place(shown, comps)?;
-        if kind_at(parent.as_fd(), last).ok().flatten() != Some(Kind::Dir) {
-            self.clear(shown, parent.as_fd(), last)?;
-            sysfs::mkdir_at(parent.as_fd(), last, 0o755)
-                .map_err(|e| io_err("creating", shown, e))?;
+        let dir = parent.fd.as_fd();
+        if kind_at(dir, last).ok().flatten() != Some(Kind::Dir) {
+            self.clear(shown, dir, last)?;
+            sysfs::mkdir_at(dir, last, 0o755).map_err(|e| io_err("creating", shown, e))?;
         }
         self.dirs
             .push((comps.iter().map(|c| c.to_os_string()).collect(), meta));
-        Ok(())
-    }
-
-    /// A regular file: created anew, contents streamed (holes skipped), then owner, mode and
-    /// mtime set by fd.
-    fn file(
-        &mut self,
-        shown: &str,
-        parent: BorrowedFd<'_>,
-        name: &OsStr,
-        size: u64,
-        data: &mut impl Read,
-        meta: Meta,
-    ) -> Result<(), FilesError> {
-        let fail = |what: &str, e| io_err(what, shown, e);
-        // `O_EXCL` first: in fresh staging the name is nearly always free (`clear` costs a call).
-        let mut file: File = match sysfs::create_file_at(parent, name, 0o600) {
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                self.clear(shown, parent, name)?;
-                sysfs::create_file_at(parent, name, 0o600)
-            }
-            created => created,
-        }
-        .map_err(|e| fail("creating", e))?;
-        let (mut copied, mut hole_at_end) = (0u64, false);
-        loop {
-            let n = match data.read(&mut self.buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(err) if err.kind() == ErrorKind::Interrupted => continue,
-                Err(err) => return Err(corrupt(err)),
-            };
-            hole_at_end = is_hole(&self.buf[..n]);
-            if hole_at_end {
-                file.seek(SeekFrom::Current(n as i64))
-                    .map_err(|e| fail("writing", e))?;
-            } else {
-                file.write_all(&self.buf[..n])
-                    .map_err(|e| fail("writing", e))?;
-            }
-            copied += n as u64;
-        }
-        if copied != size {
-            return Err(refused(
-                shown,
-                "the stream ended inside the file's contents",
-            ));
-        }
-        if hole_at_end {
-            // The size a trailing seek did not give the file.
-            file.set_len(copied).map_err(|e| fail("writing", e))?;
-        }
-        self.stats.bytes += copied;
-        apply(&file, Path::new(shown), &meta)
-    }
-
-    /// A symlink: its target is free (it is never followed by later entries).
-    fn symlink(
-        &mut self,
-        shown: &str,
-        parent: BorrowedFd<'_>,
-        name: &OsStr,
-        target: &[u8],
-        meta: Meta,
-    ) -> Result<(), FilesError> {
-        if target.contains(&0) {
-            return Err(refused(shown, "symlink target with a NUL byte"));
-        }
-        self.clear(shown, parent, name)?;
-        let target = std::os::unix::ffi::OsStrExt::from_bytes(target);
-        let fail = |what: &str, e| io_err(what, shown, e);
-        sysfs::symlink_at(target, parent, name).map_err(|e| fail("creating symlink", e))?;
-        if let Some((uid, gid)) = meta.owner {
-            sysfs::lchown_at(parent, name, uid, gid)
-                .map_err(|e| fail("changing the owner of", e))?;
-        }
-        Ok(())
-    }
-
-    /// A hard link to a regular file already below the root (staged, else in the existing
-    /// target directory), reached without symlinks.
-    fn hard_link(
-        &mut self,
-        shown: &str,
-        comps: &[&OsStr],
-        target: &[&OsStr],
-    ) -> Result<(), FilesError> {
-        let refuse = |why: &str| refused(shown, why);
-        let Some((tlast, tparents)) = target.split_last() else {
-            return Err(refuse("hard link to the target directory"));
-        };
-        if comps == target {
-            return Ok(());
-        }
-        let mut source = None;
-        for root in std::iter::once(self.root).chain(self.existing) {
-            let dir = match open_dirs(root, tparents, false, self.opts.resolve) {
-                Ok(dir) => dir,
-                Err(Blocked::Missing(_)) => continue,
-                Err(Blocked::Io(e)) => return Err(io_err("opening the target of", shown, e)),
-                Err(_) => return Err(refuse("hard link target is or goes through a symlink")),
-            };
-            match kind_at(dir.as_fd(), tlast) {
-                Ok(None) => continue,
-                Ok(Some(Kind::File)) => {
-                    source = Some(dir);
-                    break;
-                }
-                Ok(Some(Kind::Symlink)) => return Err(refuse("hard link target is a symlink")),
-                Ok(Some(_)) => return Err(refuse("hard link target is not a regular file")),
-                Err(e) => return Err(io_err("inspecting the target of", shown, e)),
-            }
-        }
-        let source = source.ok_or_else(|| refuse("hard link target does not exist"))?;
-        let (parent, last) = self.place(shown, comps)?;
-        self.clear(shown, parent.as_fd(), last)?;
-        let fail = |e| io_err("linking", shown, e);
-        sysfs::link_at(source.as_fd(), tlast, parent.as_fd(), last).map_err(fail)?;
-        // The target could have been swapped between the check and the link: check what got linked.
-        if kind_at(parent.as_fd(), last).map_err(fail)? != Some(Kind::File) {
-            let _ = remove_tree(parent.as_fd(), last);
-            return Err(refuse("hard link target is not a regular file"));
-        }
         Ok(())
     }
 }
