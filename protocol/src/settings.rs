@@ -67,6 +67,8 @@ settings! {
     FILES_MAX_BYTES = "STEPSHIM_FILES_MAX_BYTES", "--files-max-bytes", "8589934592";
     /// Bytes of one extension header (long name or link, pax header, sparse map) of an upload.
     FILES_MAX_HEADER_BYTES = "STEPSHIM_FILES_MAX_HEADER_BYTES", "--files-max-header-bytes", "65536";
+    /// Files at least this large are written to the disk without the page cache (0: never).
+    FILES_DIRECT_MIN_BYTES = "STEPSHIM_FILES_DIRECT_MIN_BYTES", "--files-direct-min-bytes", "8388608";
     /// File transfers running at once.
     FILES_MAX_CONCURRENT = "STEPSHIM_FILES_MAX_CONCURRENT", "--files-max-concurrent", "8";
     /// Seconds a file transfer's body may stand still.

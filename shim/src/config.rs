@@ -76,6 +76,8 @@ pub struct FilesSettings {
     pub max_bytes: u64,
     /// Bytes of one extension header (GNU long name or link, pax header) of an upload.
     pub max_header_bytes: u64,
+    /// Files at least this large are written with direct I/O (0: never).
+    pub direct_min: u64,
     /// File transfers (either direction) running at once; more are answered 503.
     pub max_concurrent: usize,
     /// How long a transfer may go without its body moving before it is abandoned.
@@ -87,6 +89,7 @@ impl Default for FilesSettings {
         FilesSettings {
             max_bytes: 8 << 30,
             max_header_bytes: 64 << 10,
+            direct_min: crate::files::Limits::default().direct_min,
             max_concurrent: 8,
             idle_timeout: Duration::from_secs(60),
         }
@@ -246,6 +249,7 @@ impl Config {
             files: FilesSettings {
                 max_bytes: ranged(S::FILES_MAX_BYTES, 1, i64::MAX)? as u64,
                 max_header_bytes: ranged(S::FILES_MAX_HEADER_BYTES, 1, i64::MAX)? as u64,
+                direct_min: ranged(S::FILES_DIRECT_MIN_BYTES, 0, i64::MAX)? as u64,
                 max_concurrent: ranged(S::FILES_MAX_CONCURRENT, 1, 1 << 20)? as usize,
                 idle_timeout: secs(S::FILES_IDLE_TIMEOUT, tiny)?,
             },
@@ -334,6 +338,7 @@ mod tests {
                 ("STEPSHIM_FILES_MAX_BYTES", "1000"),
                 ("STEPSHIM_FILES_MAX_HEADER_BYTES", "512"),
                 ("STEPSHIM_FILES_IDLE_TIMEOUT", "0.5"),
+                ("STEPSHIM_FILES_DIRECT_MIN_BYTES", "0"),
             ]),
             vec!["--files-max-concurrent=3".into()],
         )
@@ -343,6 +348,7 @@ mod tests {
             FilesSettings {
                 max_bytes: 1000,
                 max_header_bytes: 512,
+                direct_min: 0,
                 max_concurrent: 3,
                 idle_timeout: Duration::from_millis(500),
             }

@@ -156,3 +156,59 @@ async fn large_files_and_modes_land_byte_for_byte() {
     }
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// Pages of `path` in the page cache, from `fincore` (util-linux).
+fn cached_bytes(path: &std::path::Path) -> u64 {
+    let out = std::process::Command::new("fincore")
+        .args(["--bytes", "--noheadings", "--raw", "--output", "RES"])
+        .arg(path)
+        .output()
+        .expect("fincore (util-linux) is needed");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// `STEPSHIM_FILES_DIRECT_MIN_BYTES`: by default a 16 MiB file is written around the page cache
+/// (only its unaligned tail is cached); 0 writes it through the page cache. On a disk file system
+/// (the test target's), where direct I/O is allowed.
+#[tokio::test]
+async fn direct_writes_follow_their_setting() {
+    let data = pattern((16 << 20) + 100, 7);
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_cksum();
+    b.append_data(&mut h, "big.bin", &data[..]).unwrap();
+    let tar = Bytes::from(b.into_inner().unwrap());
+    let base = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("direct-writes");
+    for (setting, cached_at_least, cached_at_most) in
+        [(None, 0, 1 << 20), (Some("0"), 15 << 20, u64::MAX)]
+    {
+        let env: Vec<(&str, &str)> = setting
+            .map(|v| ("STEPSHIM_FILES_DIRECT_MIN_BYTES", v))
+            .into_iter()
+            .collect();
+        let shim = Shim::start_with(&env, None);
+        let dir = base.join(setting.unwrap_or("default"));
+        std::fs::remove_dir_all(&dir).ok();
+        shim.client
+            .files_in_bytes(dir.to_str().unwrap(), tar.clone())
+            .await
+            .unwrap();
+        let path = dir.join("big.bin");
+        let cached = cached_bytes(&path);
+        assert!(
+            (cached_at_least..=cached_at_most).contains(&cached),
+            "{setting:?}: {cached} bytes of {} cached",
+            data.len()
+        );
+        assert!(
+            std::fs::read(&path).unwrap() == data,
+            "{setting:?}: contents differ"
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

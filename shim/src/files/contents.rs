@@ -30,14 +30,15 @@ use crate::sys::fs as sysfs;
 /// 1.04 with 256 KiB).
 pub(super) const COPY_BUF: usize = 1024 * 1024;
 
-/// Files at least this large are written with `O_DIRECT`: their contents go from the buffer to the
+/// The default of `STEPSHIM_FILES_DIRECT_MIN_BYTES` (`Limits::direct_min`, 0 turns it off): files
+/// at least this large are written with `O_DIRECT`: their contents go from the buffer to the
 /// disk, not copied into the page cache first. On a VM whose free memory goes back to the host
 /// (virtio-balloon free page reporting, as on this project's cluster node) the page-cache copy
 /// faults in fresh host pages and took half of a pull's CPU (about 2 CPU s per GiB into a pod's
 /// overlay, and as much for GNU `tar -x`; `dd` of 4 GiB there: 4.9 system CPU s, 0.6 with
 /// `O_DIRECT`). Smaller files (a source tree's) stay in the page cache, where the next step reads
 /// them; a large file is read from the disk the first time.
-const DIRECT_MIN: u64 = 8 << 20;
+pub(super) const DIRECT_MIN: u64 = 8 << 20;
 
 /// Alignment of a direct write's buffer, offset and length (the largest logical block size).
 pub(super) const ALIGN: usize = 4096;
@@ -122,7 +123,8 @@ impl Unpacker<'_> {
         // direct writes then answer `EINVAL` and the file goes through the page cache).
         let at = self.buf.as_ptr().align_offset(ALIGN).min(ALIGN);
         let buf = &mut self.buf[at..at + COPY_BUF];
-        let mut direct = size >= DIRECT_MIN && set_direct(file.as_fd(), true).is_ok();
+        let min = self.opts.limits.direct_min;
+        let mut direct = min > 0 && size >= min && set_direct(file.as_fd(), true).is_ok();
         let (mut copied, mut hole_at_end) = (0u64, false);
         loop {
             // A whole buffer at a time: direct writes need aligned lengths.

@@ -22,7 +22,7 @@ use super::FilesError;
 /// Size of a tar block.
 const BLOCK: u64 = 512;
 
-/// The caps of one upload.
+/// The caps of one upload, and the file size from which its writes bypass the page cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Bytes of the tar stream, headers included; also the largest apparent size of one file
@@ -31,6 +31,9 @@ pub struct Limits {
     /// Bytes of one extension header's contents (GNU long name or link, pax header) and of one
     /// entry's GNU sparse extension blocks.
     pub max_header_bytes: u64,
+    /// Files at least this large are written with direct I/O (`STEPSHIM_FILES_DIRECT_MIN_BYTES`,
+    /// see `contents.rs`); 0: never.
+    pub direct_min: u64,
 }
 
 impl Default for Limits {
@@ -38,6 +41,7 @@ impl Default for Limits {
         Limits {
             max_bytes: 8 << 30,
             max_header_bytes: 64 << 10,
+            direct_min: super::contents::DIRECT_MIN,
         }
     }
 }

@@ -90,6 +90,7 @@ pub async fn handle(
             limits: Limits {
                 max_bytes: s.max_bytes,
                 max_header_bytes: s.max_header_bytes,
+                direct_min: s.direct_min,
             },
             resolve: Resolve::Auto,
         };

@@ -145,6 +145,7 @@ fn pull_settings(
         limits: crate::files::Limits {
             max_bytes: f.max_bytes,
             max_header_bytes: f.max_header_bytes,
+            direct_min: f.direct_min,
         },
         same_owner,
     }

@@ -15,6 +15,7 @@ use super::{Exceeded, Guard, Limits};
 const LIMITS: Limits = Limits {
     max_bytes: 1 << 20,
     max_header_bytes: 4096,
+    direct_min: 8 << 20,
 };
 
 /// A reader yielding `prefix`, then zeros forever, counting what was read.

@@ -199,6 +199,7 @@ fn the_caps_refuse_with_too_large_and_leave_nothing() {
     let limits = Limits {
         max_bytes: 64 * 1024,
         max_header_bytes: 1024,
+        ..Limits::default()
     };
     let o = Options {
         limits,
