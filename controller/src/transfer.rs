@@ -121,6 +121,10 @@ pub async fn copy(
     }
 }
 
+/// Failed attempts a direct pull makes before its source ever answered, before `copy` falls back
+/// through the controller (refused at once: about 0.6 s; a silent address: 3 connect timeouts).
+const CONNECT_RETRIES: u32 = 2;
+
 /// A grant on the source and a pull by the destination, waited for; the grant is revoked after.
 pub async fn pull(
     src: &ShimClient,
@@ -149,6 +153,8 @@ pub async fn pull(
         token,
         target: dir.to_owned(),
         sha256: None,
+        // Through the controller is the fallback: learn soon when the source is out of reach.
+        connect_retries: Some(CONNECT_RETRIES),
     };
     let result = async {
         let mut status = dst.pull(id, &spec, Some(60)).await?;

@@ -33,6 +33,8 @@ async fn a_pull_through_cut_connections_resumes_and_lands_whole() {
     let dst = scratch("pull-dst").join("in");
     let mut spec = pull_spec(&format!("http://{proxy}"), &src, "pull-tok", &dst);
     spec.sha256 = Some(format!("{expected:x}"));
+    // Bounds the attempts before the source first answers only: the cuts after it still resume.
+    spec.connect_retries = Some(0);
     let first = dst_shim.client.pull("p1", &spec, None).await.unwrap();
     assert_eq!(first.state, PullState::Running);
     // Idempotent by id; another spec under the same id is a conflict.
@@ -219,4 +221,45 @@ async fn pulls_fail_clearly_and_extract_nothing() {
     assert_eq!(sample(&m, "stepshim_pulls_total{state=\"done\"}"), 0);
     let _ = std::fs::remove_dir_all(&src);
     let _ = std::fs::remove_dir_all(&dst);
+}
+
+/// `connect_retries` bounds the attempts before the source ever answered: a pull from a port that
+/// refuses fails after one attempt, with `reached` false, where the shim's default (8 retries with
+/// growing pauses) would take about 25 s.
+#[tokio::test]
+async fn connect_retries_fail_an_unreachable_source_soon() {
+    let dst_shim = Shim::start();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dst = scratch("pull-unreachable").join("in");
+    let mut spec = pull_spec(
+        &format!("http://127.0.0.1:{port}"),
+        std::path::Path::new("/tmp"),
+        "tok",
+        &dst,
+    );
+    spec.connect_retries = Some(0);
+    let started = std::time::Instant::now();
+    dst_shim.client.pull("gone", &spec, None).await.unwrap();
+    let failed = dst_shim.client.pull_status("gone", Some(20)).await.unwrap();
+    assert_eq!(failed.state, PullState::Failed, "{failed:?}");
+    assert!(!failed.reached, "{failed:?}");
+    assert!(
+        failed
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("gave up after 1 attempts"),
+        "{failed:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!dst.exists());
+    let _ = std::fs::remove_dir_all(dst.parent().unwrap());
 }

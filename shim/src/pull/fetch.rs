@@ -127,7 +127,7 @@ impl<'a> Fetch<'a> {
                 Err(retry) => retry,
             };
             self.failures += 1;
-            if self.failures > self.s.retries {
+            if self.failures > self.retries() {
                 let n = self.failures;
                 return Err(self.fail(format!(
                     "{why} (gave up after {n} attempts without progress, STEPSHIM_PULL_RETRIES)"
@@ -136,6 +136,15 @@ impl<'a> Fetch<'a> {
             crate::debug!(pull = %self.pull.id, got = self.got, cause = %why, "pull resumes");
             let pause = Duration::from_millis(100 << self.failures.min(6)).min(MAX_BACKOFF);
             std::thread::sleep(pause);
+        }
+    }
+
+    /// Attempts in a row that may fail: the spec's `connect_retries` until the source answered.
+    fn retries(&self) -> u32 {
+        let limit = self.s.retries;
+        match self.pull.spec.connect_retries {
+            Some(r) if !self.pull.lock().reached => r.min(limit),
+            _ => limit,
         }
     }
 

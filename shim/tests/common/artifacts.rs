@@ -88,5 +88,6 @@ pub fn pull_spec(source: &str, path: &Path, token: &str, target: &Path) -> PullS
         token: token.to_owned(),
         target: target.display().to_string(),
         sha256: None,
+        connect_retries: None,
     }
 }
