@@ -1,0 +1,119 @@
+//! The configuration's tests: defaults, the file transfer settings, flags over variables, and refusals.
+
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn defaults_need_a_token() {
+    assert!(matches!(
+        Config::from_sources(env(&[]), vec![]),
+        Err(ConfigError::NoToken)
+    ));
+    let c = Config::from_sources(env(&[("STEPSHIM_INSECURE_NO_AUTH", "1")]), vec![]).unwrap();
+    assert_eq!(c.listen.to_string(), "0.0.0.0:7777");
+    assert!(c.token_sha256.is_none());
+    assert_eq!(c.grace, Duration::from_secs(10));
+    assert_eq!((c.max_processes, c.max_connections), (4096, 1024));
+    assert_eq!(c.fd_reserve, 1024);
+    assert_eq!(
+        (c.max_spec_bytes, c.max_header_bytes),
+        (256 << 10, 16 << 10)
+    );
+    assert_eq!(
+        (c.auth_timeout, c.oom_score_adj),
+        (Duration::from_secs(5), 1000)
+    );
+    for (k, v) in [
+        ("STEPSHIM_MAX_PROCESSES", "0"),
+        ("STEPSHIM_MAX_HEADER_BYTES", "100"),
+        ("STEPSHIM_OOM_SCORE_ADJ", "1001"),
+        ("STEPSHIM_AUTH_TIMEOUT_SECONDS", "0"),
+        ("STEPSHIM_MAX_CONNECTIONS", "many"),
+        ("STEPSHIM_FD_RESERVE", "-1"),
+    ] {
+        let bad = env(&[("STEPSHIM_INSECURE_NO_AUTH", "1"), (k, v)]);
+        assert!(Config::from_sources(bad, vec![]).is_err(), "{k}={v}");
+    }
+    assert_eq!(c.files, FilesSettings::default());
+}
+
+#[test]
+fn files_caps_are_read_and_zero_is_refused() {
+    let base = [("STEPSHIM_INSECURE_NO_AUTH", "1")];
+    let c = Config::from_sources(
+        env(&[
+            base[0],
+            ("STEPSHIM_FILES_MAX_BYTES", "1000"),
+            ("STEPSHIM_FILES_MAX_HEADER_BYTES", "512"),
+            ("STEPSHIM_FILES_IDLE_TIMEOUT", "0.5"),
+            ("STEPSHIM_FILES_DIRECT_MIN_BYTES", "0"),
+        ]),
+        vec!["--files-max-concurrent=3".into()],
+    )
+    .unwrap();
+    assert_eq!(
+        c.files,
+        FilesSettings {
+            max_bytes: 1000,
+            max_header_bytes: 512,
+            direct_min: 0,
+            max_concurrent: 3,
+            idle_timeout: Duration::from_millis(500),
+        }
+    );
+    for bad in [
+        ("STEPSHIM_FILES_MAX_BYTES", "0"),
+        ("STEPSHIM_FILES_MAX_CONCURRENT", "-1"),
+        ("STEPSHIM_FILES_IDLE_TIMEOUT", "0"),
+    ] {
+        assert!(Config::from_sources(env(&[base[0], bad]), vec![]).is_err());
+    }
+}
+
+#[test]
+fn flags_override_variables_and_junk_is_refused() {
+    let hex = "ab".repeat(32);
+    let c = Config::from_sources(
+        env(&[
+            ("STEPSHIM_TOKEN_SHA256", &hex),
+            ("STEPSHIM_LISTEN", "127.0.0.1:1"),
+        ]),
+        vec![
+            "--listen=127.0.0.1:2".into(),
+            "--grace-seconds".into(),
+            "0.5".into(),
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.listen.port(), 2);
+    assert_eq!(c.token_sha256, Some([0xab; 32]));
+    assert_eq!(c.grace, Duration::from_millis(500));
+    for bad in [
+        env(&[("STEPSHIM_TOKEN_SHA256", "abc")]),
+        env(&[("STEPSHIM_TOKEN_SHA256", &hex), ("STEPSHIM_LISTEN", "nope")]),
+        env(&[
+            ("STEPSHIM_TOKEN_SHA256", &hex),
+            ("STEPSHIM_GRACE_SECONDS", "-1"),
+        ]),
+        env(&[
+            ("STEPSHIM_TOKEN_SHA256", &hex),
+            ("STEPSHIM_DATA_DIR", "relative"),
+        ]),
+        env(&[("STEPSHIM_TOKEN_SHA256_FILE", "/nonexistent/token")]),
+    ] {
+        assert!(Config::from_sources(bad, vec![]).is_err());
+    }
+    assert!(matches!(
+        Config::from_sources(
+            env(&[("STEPSHIM_TOKEN_SHA256", &hex)]),
+            vec!["--bogus".into()]
+        ),
+        Err(ConfigError::UnknownArgument(_))
+    ));
+}
