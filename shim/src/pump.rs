@@ -7,7 +7,6 @@ use std::cell::RefCell;
 use std::fs::File;
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::{debug, warn};
@@ -42,15 +41,16 @@ pub enum Sources {
 
 /// Buffer a stdout pipe gets once its writer has filled the default one (a full [`IO_CHUNK`] read):
 /// a fast writer then goes on while the pump catches up. Asked for then rather than at the spawn,
-/// where it cost every process a system call and a 16 KiB allocation in the kernel; a refusal (a
-/// lowered pipe-max-size, or the user's pipe quota) only costs speed.
+/// where it cost every process a system call and the kernel an allocation; a refusal (a lowered
+/// pipe-max-size, or the user's pipe quota) only costs speed.
 const PIPE_SIZE: usize = 1 << 20;
 
 /// Reads [`read_now`] makes at most: a full 1 MiB stdout pipe in [`IO_CHUNK`]s, and its end of file.
 const READ_NOW_MAX: usize = (1 << 20) / IO_CHUNK + 1;
 
 enum Outcome {
-    Data,
+    /// Data appended; true when the read filled the chunk.
+    Data(bool),
     Eof,
     /// The log refused the frame (header room, then payload); it must be appended before anything
     /// else is read.
@@ -64,8 +64,6 @@ pub async fn run(
     reaped: oneshot::Receiver<Exit>,
     drain: Duration,
 ) {
-    // Whether the stdout pipe still has its default size (see [`PIPE_SIZE`]).
-    let small = AtomicBool::new(matches!(sources, Sources::Pipes { .. }));
     let (mut a, mut b) = match sources {
         Sources::Pipes { out, err } => (
             Some((out, FrameType::Stdout)),
@@ -73,16 +71,21 @@ pub async fn run(
         ),
         Sources::Tty(master) => (Some((master, FrameType::Stdout)), None),
     };
-    let pipe = Pipe { log: &proc.log, small: &small };
+    // The stdout pipe still has its default size (see [`PIPE_SIZE`]).
+    let mut small = b.is_some();
     let mut reaped = reaped;
     let mut exit: Option<Exit> = None;
     let mut deadline: Option<Instant> = None;
     while a.is_some() || b.is_some() || exit.is_none() {
         tokio::select! {
-            out = pump_once(a.as_ref(), pipe), if a.is_some() => {
+            out = pump_once(a.as_ref(), &proc.log), if a.is_some() => {
+                if small && matches!(out, Ok((Outcome::Data(true), _))) && let Some((fd, _)) = &a {
+                    small = false;
+                    let _ = crate::sys::set_pipe_size(fd.get_ref(), PIPE_SIZE);
+                }
                 if handle(&proc, out, a.as_ref().map(|s| s.1)).await { a = None; }
             }
-            out = pump_once(b.as_ref(), pipe), if b.is_some() => {
+            out = pump_once(b.as_ref(), &proc.log), if b.is_some() => {
                 if handle(&proc, out, b.as_ref().map(|s| s.1)).await { b = None; }
             }
             got = &mut reaped, if exit.is_none() => {
@@ -94,7 +97,7 @@ pub async fn run(
                 // behind, what is left reads at once and then end of file, without waiting for
                 // the reactor to report the hang-up.
                 for src in [&mut a, &mut b] {
-                    let out = src.as_ref().map(|(fd, kind)| read_now(fd, *kind, pipe));
+                    let out = src.as_ref().map(|(fd, kind)| read_now(fd, *kind, &proc.log));
                     if let Some(out) = out
                         && handle(&proc, out, src.as_ref().map(|s| s.1)).await
                     {
@@ -127,7 +130,7 @@ async fn handle(
     kind: Option<FrameType>,
 ) -> bool {
     match out {
-        Ok((Outcome::Data, _)) => false,
+        Ok((Outcome::Data(_), _)) => false,
         Ok((Outcome::Eof, _)) => true,
         Ok((Outcome::Stalled(mut frame, cause), kind)) => {
             warn!(id = %proc.id, %cause, "output log cannot take more; holding the process's pipes");
@@ -145,23 +148,16 @@ async fn handle(
     }
 }
 
-/// Where a read goes, and whether the stdout pipe may still grow.
-#[derive(Clone, Copy)]
-struct Pipe<'a> {
-    log: &'a OutputLog,
-    small: &'a AtomicBool,
-}
-
 async fn pump_once(
     src: Option<&(AsyncFd<File>, FrameType)>,
-    to: Pipe<'_>,
+    log: &OutputLog,
 ) -> io::Result<(Outcome, FrameType)> {
     let Some((fd, kind)) = src else {
         return std::future::pending().await;
     };
     loop {
         let mut ready = fd.readable().await?;
-        match ready.try_io(|f| read_one(f.get_ref(), *kind, to)) {
+        match ready.try_io(|f| read_one(f.get_ref(), *kind, log)) {
             Ok(r) => return r.map(|o| (o, *kind)),
             Err(_would_block) => continue,
         }
@@ -174,37 +170,32 @@ async fn pump_once(
 fn read_now(
     fd: &AsyncFd<File>,
     kind: FrameType,
-    to: Pipe<'_>,
+    log: &OutputLog,
 ) -> io::Result<(Outcome, FrameType)> {
     for _ in 0..READ_NOW_MAX {
-        match read_one(fd.get_ref(), kind, to) {
-            Ok(Outcome::Data) => continue,
+        match read_one(fd.get_ref(), kind, log) {
+            Ok(Outcome::Data(_)) => continue,
             Ok(o) => return Ok((o, kind)),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((Outcome::Data, kind)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Ok((Outcome::Data(false), kind));
+            }
             Err(e) => return Err(e),
         }
     }
-    Ok((Outcome::Data, kind))
+    Ok((Outcome::Data(false), kind))
 }
 
-/// One read of at most [`IO_CHUNK`] into the thread's frame buffer, appended to the log. A full
-/// read from a stdout pipe of the default size grows it.
-fn read_one(f: &File, kind: FrameType, to: Pipe<'_>) -> io::Result<Outcome> {
-    let log = to.log;
+/// One read of at most [`IO_CHUNK`] into the thread's frame buffer, appended to the log.
+fn read_one(f: &File, kind: FrameType, log: &OutputLog) -> io::Result<Outcome> {
     BUF.with(|buf| {
         let mut buf = buf.borrow_mut();
         buf.clear();
         buf.extend_from_slice(&[0; HEADER_LEN]);
         match crate::sys::read_spare(f, &mut buf, IO_CHUNK, None) {
             Ok(0) => Ok(Outcome::Eof),
-            Ok(n) => Ok({
-                if n == IO_CHUNK && kind == FrameType::Stdout && to.small.swap(false, Ordering::Relaxed) {
-                    let _ = crate::sys::set_pipe_size(f, PIPE_SIZE);
-                }
-match log.append_frame(kind, &mut buf) {
-                Ok(()) => Outcome::Data,
+            Ok(n) => Ok(match log.append_frame(kind, &mut buf) {
+                Ok(()) => Outcome::Data(n == IO_CHUNK),
                 Err(e) => Outcome::Stalled(buf.to_vec(), e),
-            }
             }),
             // A pty master reports EIO once every holder of the slave side has closed it.
             Err(e) if e.raw_os_error() == Some(libc::EIO) => Ok(Outcome::Eof),

@@ -226,8 +226,8 @@ pub fn geteuid() -> u32 {
 
 mod buf;
 mod exec;
-mod own_score;
 pub mod fs;
+mod own_score;
 
 pub use buf::read_spare;
 

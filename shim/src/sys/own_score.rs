@@ -21,10 +21,8 @@ pub struct Raised {
 
 impl Drop for Raised {
     fn drop(&mut self) {
-        if let Some(own) = self.own
-            && write(self.file, own).is_err()
-        {
-            crate::error!(own, "cannot restore the shim's own oom_score_adj");
+        if let Some(own) = self.own {
+            restore(self.file, own);
         }
     }
 }
@@ -60,13 +58,18 @@ fn own_file() -> Option<&'static File> {
         let own = read(&file)?;
         let step = if own < 1000 { own + 1 } else { own - 1 };
         write(&file, step).ok()?;
-        if write(&file, own).is_err() {
-            crate::error!(own, "cannot restore the shim's own oom_score_adj");
-            return None;
-        }
-        Some(file)
+        restore(&file, own).then_some(file)
     })
     .as_ref()
+}
+
+/// Writes the shim's own score back; false (and an error logged) when that failed.
+fn restore(file: &File, own: i32) -> bool {
+    let ok = write(file, own).is_ok();
+    if !ok {
+        crate::error!(own, "cannot restore the shim's own oom_score_adj");
+    }
+    ok
 }
 
 fn read(file: &File) -> Option<i32> {
