@@ -39,11 +39,18 @@ pub enum Sources {
     Tty(AsyncFd<File>),
 }
 
+/// Buffer a stdout pipe gets once its writer has filled the default one (a full [`IO_CHUNK`] read):
+/// a fast writer then goes on while the pump catches up. Asked for then rather than at the spawn,
+/// where it cost every process a system call and the kernel an allocation; a refusal (a lowered
+/// pipe-max-size, or the user's pipe quota) only costs speed.
+const PIPE_SIZE: usize = 1 << 20;
+
 /// Reads [`read_now`] makes at most: a full 1 MiB stdout pipe in [`IO_CHUNK`]s, and its end of file.
 const READ_NOW_MAX: usize = (1 << 20) / IO_CHUNK + 1;
 
 enum Outcome {
-    Data,
+    /// Data appended; true when the read filled the chunk.
+    Data(bool),
     Eof,
     /// The log refused the frame (header room, then payload); it must be appended before anything
     /// else is read.
@@ -64,12 +71,18 @@ pub async fn run(
         ),
         Sources::Tty(master) => (Some((master, FrameType::Stdout)), None),
     };
+    // The stdout pipe still has its default size (see [`PIPE_SIZE`]).
+    let mut small = b.is_some();
     let mut reaped = reaped;
     let mut exit: Option<Exit> = None;
     let mut deadline: Option<Instant> = None;
     while a.is_some() || b.is_some() || exit.is_none() {
         tokio::select! {
             out = pump_once(a.as_ref(), &proc.log), if a.is_some() => {
+                if small && matches!(out, Ok((Outcome::Data(true), _))) && let Some((fd, _)) = &a {
+                    small = false;
+                    let _ = crate::sys::set_pipe_size(fd.get_ref(), PIPE_SIZE);
+                }
                 if handle(&proc, out, a.as_ref().map(|s| s.1)).await { a = None; }
             }
             out = pump_once(b.as_ref(), &proc.log), if b.is_some() => {
@@ -117,7 +130,7 @@ async fn handle(
     kind: Option<FrameType>,
 ) -> bool {
     match out {
-        Ok((Outcome::Data, _)) => false,
+        Ok((Outcome::Data(_), _)) => false,
         Ok((Outcome::Eof, _)) => true,
         Ok((Outcome::Stalled(mut frame, cause), kind)) => {
             warn!(id = %proc.id, %cause, "output log cannot take more; holding the process's pipes");
@@ -161,13 +174,15 @@ fn read_now(
 ) -> io::Result<(Outcome, FrameType)> {
     for _ in 0..READ_NOW_MAX {
         match read_one(fd.get_ref(), kind, log) {
-            Ok(Outcome::Data) => continue,
+            Ok(Outcome::Data(_)) => continue,
             Ok(o) => return Ok((o, kind)),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((Outcome::Data, kind)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Ok((Outcome::Data(false), kind));
+            }
             Err(e) => return Err(e),
         }
     }
-    Ok((Outcome::Data, kind))
+    Ok((Outcome::Data(false), kind))
 }
 
 /// One read of at most [`IO_CHUNK`] into the thread's frame buffer, appended to the log.
@@ -178,8 +193,8 @@ fn read_one(f: &File, kind: FrameType, log: &OutputLog) -> io::Result<Outcome> {
         buf.extend_from_slice(&[0; HEADER_LEN]);
         match crate::sys::read_spare(f, &mut buf, IO_CHUNK, None) {
             Ok(0) => Ok(Outcome::Eof),
-            Ok(_) => Ok(match log.append_frame(kind, &mut buf) {
-                Ok(()) => Outcome::Data,
+            Ok(n) => Ok(match log.append_frame(kind, &mut buf) {
+                Ok(()) => Outcome::Data(n == IO_CHUNK),
                 Err(e) => Outcome::Stalled(buf.to_vec(), e),
             }),
             // A pty master reports EIO once every holder of the slave side has closed it.

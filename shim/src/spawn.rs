@@ -19,9 +19,6 @@ use crate::pump::Sources;
 use crate::stdin::Stdin;
 use crate::sys::{self, ChildStdio, Exec, Forked, Stage};
 
-/// Buffer asked for a process's stdout pipe.
-const PIPE_SIZE: usize = 1 << 20;
-
 /// `PATH` used to find a bare executable name when the process's environment has none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -260,9 +257,6 @@ pub fn start(
         None => {
             let (out_r, out_w) = sys::pipe().map_err(io_err("creating pipes"))?;
             let (err_r, err_w) = sys::pipe().map_err(io_err("creating pipes"))?;
-            // A larger stdout pipe lets a fast writer go on while the pump catches up; a refusal
-            // (a lowered pipe-max-size, or the user's pipe quota) only costs speed.
-            let _ = sys::set_pipe_size(&out_r, PIPE_SIZE);
             let (child_in, stdin) = if spec.stdin {
                 let (r, w) = sys::pipe().map_err(io_err("creating pipes"))?;
                 sys::set_nonblocking(&w, true).map_err(io_err("configuring pipes"))?;

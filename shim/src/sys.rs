@@ -30,7 +30,7 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// Asks for a pipe buffer of `bytes` (the kernel rounds up to pages and caps it at
 /// /proc/sys/fs/pipe-max-size); returns the size granted. Fewer, larger reads move output faster.
-pub fn set_pipe_size(fd: &OwnedFd, bytes: usize) -> io::Result<usize> {
+pub fn set_pipe_size(fd: &impl AsRawFd, bytes: usize) -> io::Result<usize> {
     // SAFETY: fcntl on a valid, owned fd with an integer argument.
     let n = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, bytes as libc::c_int) })?;
     Ok(n as usize)
@@ -228,6 +228,7 @@ mod buf;
 pub mod direct;
 mod exec;
 pub mod fs;
+mod own_score;
 
 pub use buf::read_spare;
 

@@ -51,8 +51,9 @@ pub struct Exec {
     pub creds: Option<Credentials>,
     /// Standard streams.
     pub stdio: ChildStdio,
-    /// `oom_score_adj` the child sets for itself before `execve` (through `/proc/self`, which only
-    /// root can write while the shim is non-dumpable); see [`Forked::oom_set`].
+    /// `oom_score_adj` the child inherits (see [`super::own_score`]) or, where the shim cannot move
+    /// its own, sets for itself before `execve` (through `/proc/self`, which only root can write
+    /// while the shim is non-dumpable); see [`Forked::oom_set`].
     pub oom_score_adj: Option<i32>,
 }
 
@@ -79,9 +80,9 @@ pub struct Forked {
     pub pid: i32,
     /// The set-up step that failed and its error; `None` when `execve` succeeded.
     pub failed: Option<(Stage, io::Error)>,
-    /// Whether the child set its own `oom_score_adj` before `execve`. When it could not (a shim
-    /// that is not root), the caller sets it through `/proc/<pid>` once the new program's
-    /// credentials make that entry the user's.
+    /// Whether the child inherited or set its own `oom_score_adj` before `execve`. When it could
+    /// not (a shim that is not root), the caller sets it through `/proc/<pid>` once the new
+    /// program's credentials make that entry the user's.
     pub oom_set: bool,
 }
 
@@ -288,7 +289,10 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
         .as_ref()
         .map(|c| c.groups.clone())
         .unwrap_or_default();
-    let oom = ex.oom_score_adj.map(|adj| {
+    // Under the table's lock (one spawn at a time): the shim's score is the child's until the
+    // clone returns.
+    let raised = ex.oom_score_adj.and_then(super::own_score::raise);
+    let oom = ex.oom_score_adj.filter(|_| raised.is_none()).map(|adj| {
         let mut text = [0u8; 12];
         let mut w = &mut text[..];
         // An i32 in decimal fits in 11 bytes.
@@ -335,6 +339,8 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
         )
     };
     let clone_err = io::Error::last_os_error();
+    let inherited = raised.is_some();
+    drop(raised);
     // SAFETY: restores this thread's mask as it was.
     unsafe {
         libc::syscall(
@@ -352,7 +358,7 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
     // task changed.
     let (stage, errno) = unsafe { std::ptr::read_volatile(&raw const args.report) };
     // SAFETY: as above, for the flag the child set before `execve`.
-    let oom_set = unsafe { std::ptr::read_volatile(&raw const args.oom_set) };
+    let oom_set = inherited || unsafe { std::ptr::read_volatile(&raw const args.oom_set) };
     let failed = (stage != 0).then(|| {
         let stage = match stage - 1 {
             1 => Stage::Credentials,
