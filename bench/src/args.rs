@@ -121,6 +121,18 @@ pub struct ClusterArgs {
     /// the same within noise (README, load test).
     #[arg(long, default_value = "none")]
     pub cpu_request: String,
+    /// `NAME=VALUE` in each step pod's environment (repeatable), e.g. `STEPSHIM_LOG=warn`: the
+    /// shim reads its `STEPSHIM_*` settings from there.
+    #[arg(long = "pod-env", value_parser = parse_pair)]
+    pub pod_env: Vec<(String, String)>,
+}
+
+/// `NAME=VALUE`.
+fn parse_pair(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .filter(|(k, _)| !k.is_empty())
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("{s:?} is not NAME=VALUE"))
 }
 
 impl ClusterArgs {

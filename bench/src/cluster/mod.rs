@@ -106,6 +106,7 @@ pub(crate) async fn create_pods(
         );
         spec.build = Some(build.into());
         spec.cpu_request = args.cpu_request().map(str::to_owned);
+        spec.env.extend(args.pod_env.iter().cloned());
         rt.create(&spec)
             .await
             .with_context(|| format!("creating {name}"))?;

@@ -51,9 +51,9 @@ pub struct Exec {
     pub creds: Option<Credentials>,
     /// Standard streams.
     pub stdio: ChildStdio,
-    /// `oom_score_adj` the child inherits (see [`super::own_score`]) or, where the shim cannot move
-    /// its own, sets for itself before `execve` (through `/proc/self`, which only root can write
-    /// while the shim is non-dumpable); see [`Forked::oom_set`].
+    /// `oom_score_adj` the child inherits when it is the shim's own (see [`super::own_score`]) or
+    /// else sets for itself before `execve` (through `/proc/self`, which only root can write while
+    /// the shim is non-dumpable); see [`Forked::oom_set`].
     pub oom_score_adj: Option<i32>,
 }
 
@@ -289,10 +289,9 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
         .as_ref()
         .map(|c| c.groups.clone())
         .unwrap_or_default();
-    // Under the table's lock (one spawn at a time): the shim's score is the child's until the
-    // clone returns.
-    let raised = ex.oom_score_adj.and_then(super::own_score::raise);
-    let oom = ex.oom_score_adj.filter(|_| raised.is_none()).map(|adj| {
+    // Nothing to write when the child inherits its score from the shim.
+    let inherited = ex.oom_score_adj.is_some_and(super::own_score::inherits);
+    let oom = ex.oom_score_adj.filter(|_| !inherited).map(|adj| {
         let mut text = [0u8; 12];
         let mut w = &mut text[..];
         // An i32 in decimal fits in 11 bytes.
@@ -339,8 +338,6 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
         )
     };
     let clone_err = io::Error::last_os_error();
-    let inherited = raised.is_some();
-    drop(raised);
     // SAFETY: restores this thread's mask as it was.
     unsafe {
         libc::syscall(

@@ -72,8 +72,8 @@ fn fork_exec_runs_in_own_session_with_output_and_exit_code() {
     let f = fork_exec(&ex).unwrap();
     drop(ex);
     assert!(exec_status(&f).is_none());
-    // A root parent's child has its value before exec (inherited from the parent's, raised just
-    // around the clone, or set by the child itself); the parent's is back as it was.
+    // A root parent's child has its value before exec (set by the child itself: the parent's own
+    // differs); the parent's is unchanged.
     if geteuid() == 0 {
         assert!(f.oom_set);
     }
@@ -93,6 +93,40 @@ fn fork_exec_runs_in_own_session_with_output_and_exit_code() {
     }
     assert_eq!(fields[3], "/dev/null", "no stdin given: /dev/null");
     assert_eq!(wait_for(f.pid), Reaped::Exited(f.pid, 7));
+}
+
+/// When the parent's own `oom_score_adj` already is the children's, the child inherits it (no
+/// write of its own) and still reports it set; the parent's is never changed by a spawn.
+#[test]
+fn child_inherits_an_equal_oom_score_adj() {
+    if geteuid() != 0 {
+        return;
+    }
+    let _g = CHILDREN.lock();
+    let path = "/proc/self/oom_score_adj";
+    let own = std::fs::read_to_string(path).unwrap();
+    std::fs::write(path, "600").unwrap();
+    let (out_r, out_w) = pipe().unwrap();
+    let err_w = out_w.try_clone().unwrap();
+    let mut ex = exec(
+        "/bin/sh",
+        &["-c", "cat /proc/$$/oom_score_adj"],
+        ChildStdio::Fds {
+            stdin: None,
+            stdout: out_w,
+            stderr: err_w,
+        },
+    );
+    ex.oom_score_adj = Some(600);
+    let f = fork_exec(&ex).unwrap();
+    drop(ex);
+    assert!(f.oom_set);
+    let mut out = String::new();
+    std::fs::File::from(out_r).read_to_string(&mut out).unwrap();
+    assert_eq!(wait_for(f.pid), Reaped::Exited(f.pid, 0));
+    assert_eq!(std::fs::read_to_string(path).unwrap().trim(), "600");
+    std::fs::write(path, own.trim()).unwrap();
+    assert_eq!(out.trim(), "600");
 }
 
 #[test]
