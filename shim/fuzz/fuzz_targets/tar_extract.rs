@@ -100,6 +100,8 @@ fuzz_target!(|data: &[u8]| {
         limits: Limits {
             max_bytes: 1 << 20,
             max_header_bytes: 4096,
+            // Direct writes for files of a page or more (the aligned path and its tail), or none.
+            direct_min: if mode & 4 == 4 { 4096 } else { 0 },
         },
         resolve: if mode & 2 == 2 { Resolve::Walk } else { Resolve::Auto },
     };
