@@ -98,15 +98,7 @@ async fn tree_round_trips_and_escapes_are_refused() {
 
 /// Bytes that differ from one 4 KiB block to the next (a misplaced block would show).
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    test_support::noise(len, seed)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

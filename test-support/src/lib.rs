@@ -19,6 +19,20 @@ pub use proxy::cutting_proxy;
 pub use raw::{error_code, metric, raw};
 pub use shim::Shim;
 
+/// `len` bytes of deterministic noise (xorshift from `seed`): contents in which a misplaced or
+/// repeated block shows, the same on every run.
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// `n` random bytes as hex.
 pub fn random_hex(n: usize) -> String {
     let bytes: Vec<u8> = (0..n).map(|_| rand::random::<u8>()).collect();

@@ -147,15 +147,7 @@ fn mtime(path: &Path) -> i64 {
 
 /// 5 MiB of deterministic noise.
 fn big_contents() -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    (0..5 * 1024 * 1024)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    test_support::noise(5 * 1024 * 1024, 0x9e37_79b9_7f4a_7c15)
 }
 
 #[test]
