@@ -59,6 +59,20 @@ fn frame_strategy() -> impl Strategy<Value = Frame> {
     })
 }
 
+/// `frames` encoded one after another, and the sorted points (0 and the end included) that cut
+/// the bytes into the chunks a test pushes.
+fn encoded_with_cuts(frames: &[Frame], cuts: &[prop::sample::Index]) -> (Vec<u8>, Vec<usize>) {
+    let mut bytes = Vec::new();
+    for f in frames {
+        f.encode_into(&mut bytes);
+    }
+    let mut points: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+    points.push(0);
+    points.push(bytes.len());
+    points.sort_unstable();
+    (bytes, points)
+}
+
 proptest! {
     /// Any sequence of frames, cut into any chunks, decodes to the same frames, and the resume offset
     /// after each frame is the sum of the log frames before it.
@@ -66,12 +80,7 @@ proptest! {
     fn roundtrip_under_any_split(frames in proptest::collection::vec(frame_strategy(), 0..40),
                                  cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..20),
                                  start in 0u64..1_000_000) {
-        let mut bytes = Vec::new();
-        for f in &frames { f.encode_into(&mut bytes); }
-        let mut points: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
-        points.push(0);
-        points.push(bytes.len());
-        points.sort_unstable();
+        let (bytes, points) = encoded_with_cuts(&frames, &cuts);
         let mut d = Decoder::new(start);
         let mut got = Vec::new();
         let mut expect_offset = start;
@@ -96,12 +105,7 @@ proptest! {
     #[test]
     fn parts_roundtrip_under_any_split(frames in proptest::collection::vec(frame_strategy(), 0..40),
                                        cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..20)) {
-        let mut bytes = Vec::new();
-        for f in &frames { f.encode_into(&mut bytes); }
-        let mut points: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
-        points.push(0);
-        points.push(bytes.len());
-        points.sort_unstable();
+        let (bytes, points) = encoded_with_cuts(&frames, &cuts);
         let mut d = Decoder::new(0);
         let mut got = Vec::new();
         let mut chunks = Vec::new();
