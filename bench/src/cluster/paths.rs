@@ -109,16 +109,7 @@ pub async fn run(
     cmd: &[String],
     limit: Duration,
 ) -> Result<Outcome> {
-    let work = async {
-        match path {
-            Path::Shim => via_shim(&pod.shim, id, cmd).await,
-            Path::Proxy => via_shim(&pod.proxy, id, cmd).await,
-            Path::Exec => via_exec(pods, &pod.name, cmd).await,
-        }
-    };
-    tokio::time::timeout(limit, work)
-        .await
-        .map_err(|_| anyhow!("{path:?} run {id} still going after {limit:?}"))?
+    run_as(path, pods, pod, id, cmd, limit, false).await
 }
 
 /// Runs `cmd`, whose output nobody reads, in `pod` by `path`: on the shim paths spawn and exit
@@ -132,10 +123,30 @@ pub async fn run_for_status(
     cmd: &[String],
     limit: Duration,
 ) -> Result<Outcome> {
+    run_as(path, pods, pod, id, cmd, limit, true).await
+}
+
+/// [`run`], or with `status_only` [`run_for_status`].
+async fn run_as(
+    path: Path,
+    pods: &Api<Pod>,
+    pod: &Pod2,
+    id: &str,
+    cmd: &[String],
+    limit: Duration,
+    status_only: bool,
+) -> Result<Outcome> {
+    let via = |shim| async move {
+        if status_only {
+            via_shim_wait(shim, id, cmd, limit).await
+        } else {
+            via_shim(shim, id, cmd).await
+        }
+    };
     let work = async {
         match path {
-            Path::Shim => via_shim_wait(&pod.shim, id, cmd, limit).await,
-            Path::Proxy => via_shim_wait(&pod.proxy, id, cmd, limit).await,
+            Path::Shim => via(&pod.shim).await,
+            Path::Proxy => via(&pod.proxy).await,
             Path::Exec => via_exec(pods, &pod.name, cmd).await,
         }
     };
