@@ -46,6 +46,8 @@ settings! {
     MEMORY_BYTES = "STEPSHIM_MEMORY_BYTES", "--memory-bytes", "67108864";
     /// Log level: error, warn, info, debug, trace.
     LOG = "STEPSHIM_LOG", "--log", "info";
+    /// Milliseconds info and finer log lines may wait to be written together (0: each at once).
+    LOG_FLUSH_MS = "STEPSHIM_LOG_FLUSH_MS", "--log-flush-ms", "100";
     /// Processes remembered at once.
     MAX_PROCESSES = "STEPSHIM_MAX_PROCESSES", "--max-processes", "4096";
     /// Bytes of one spawn spec.

@@ -25,6 +25,8 @@ pub struct Config {
     pub memory_bytes: u64,
     /// Log level filter.
     pub log_level: crate::logging::Level,
+    /// How long info and finer log lines may wait to be written together (`STEPSHIM_LOG_FLUSH_MS`).
+    pub log_flush: Duration,
     /// Where to write the listen address once serving (`STEPSHIM_READY_FILE`).
     pub ready_file: Option<PathBuf>,
     /// Processes remembered at once (running or exited and not deleted); spawns beyond answer 503.
@@ -245,6 +247,7 @@ impl Config {
             drain: secs(S::DRAIN_SECONDS, Duration::ZERO)?,
             memory_bytes: parse(get(S::MEMORY_BYTES).unwrap_or_default(), S::MEMORY_BYTES)?,
             log_level,
+            log_flush: Duration::from_millis(ranged(S::LOG_FLUSH_MS, 0, 10_000)? as u64),
             ready_file: get(S::READY_FILE).map(PathBuf::from),
             files: FilesSettings {
                 max_bytes: ranged(S::FILES_MAX_BYTES, 1, i64::MAX)? as u64,

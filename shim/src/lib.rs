@@ -85,6 +85,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let sigchld = reaper::install();
+    let flusher = tokio::spawn(logging::flusher(config.log_flush));
     let budget = Arc::new(log::Budget::new(config.memory_bytes));
     let settings = table::Settings {
         data_dir: config.data_dir.clone(),
@@ -125,4 +126,6 @@ pub async fn run(
     let _ = server.await;
     reaper.abort();
     info!("stopped");
+    flusher.abort();
+    logging::stop();
 }

@@ -5,8 +5,11 @@
 //! objects: `tracing`'s callsites, registry and dispatch cost the binary about 34 KiB.
 
 use std::fmt::{self, Write as _};
-use std::io::Write as _;
 use std::sync::atomic::{AtomicU8, Ordering};
+
+mod behind;
+
+pub use behind::{flush, flusher, stop};
 
 /// Severity of an event; a logger at one level writes it and every more severe one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -85,15 +88,15 @@ pub fn format_line(
     line
 }
 
-/// Writes one event if its level is enabled. Logging never takes the shim down: a closed stderr is
-/// ignored.
+/// Writes one event if its level is enabled: errors and warnings at once, finer lines behind while a
+/// [`flusher`] runs (see `behind`). Logging never takes the shim down: a closed stderr is ignored.
 pub fn emit(level: Level, target: &str, message: &dyn fmt::Display, fields: &[(&str, Value<'_>)]) {
     if !enabled(level) {
         return;
     }
     let mut line = format_line(level, target, message, fields);
     line.push('\n');
-    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    behind::write(line.as_bytes(), level <= Level::Warn);
 }
 
 /// Logs an event at [`Level::Error`]: `error!(k = %v, "message")`.

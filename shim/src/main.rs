@@ -55,8 +55,9 @@ fn main() -> ExitCode {
     })
 }
 
-/// One line on stderr and the exit status.
+/// One line on stderr (after any log lines still waiting) and the exit status.
 fn fail(status: u8, why: &str) -> ExitCode {
+    stepshim::logging::stop();
     eprintln!("stepshim: {why}");
     ExitCode::from(status)
 }

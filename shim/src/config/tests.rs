@@ -29,7 +29,18 @@ fn defaults_need_a_token() {
         (c.auth_timeout, c.oom_score_adj),
         (Duration::from_secs(5), 1000)
     );
+    assert_eq!(c.log_flush, Duration::from_millis(100));
+    let quick = env(&[
+        ("STEPSHIM_INSECURE_NO_AUTH", "1"),
+        ("STEPSHIM_LOG_FLUSH_MS", "0"),
+    ]);
+    assert_eq!(
+        Config::from_sources(quick, vec![]).unwrap().log_flush,
+        Duration::ZERO
+    );
     for (k, v) in [
+        ("STEPSHIM_LOG_FLUSH_MS", "10001"),
+        ("STEPSHIM_LOG_FLUSH_MS", "-1"),
         ("STEPSHIM_MAX_PROCESSES", "0"),
         ("STEPSHIM_MAX_HEADER_BYTES", "100"),
         ("STEPSHIM_OOM_SCORE_ADJ", "1001"),
