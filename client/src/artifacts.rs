@@ -49,7 +49,7 @@ impl ShimClient {
     /// `GET /v1/grants`
     pub async fn grants(&self) -> Result<Vec<Grant>, ClientError> {
         let (_, list): (_, GrantList) = self
-            .call(Method::GET, artifacts::GRANTS, full(Bytes::new()))
+            .call(Method::GET, artifacts::GRANTS, Bytes::new())
             .await?;
         Ok(list.grants)
     }
@@ -57,7 +57,7 @@ impl ShimClient {
     /// `DELETE /v1/grants/{id}`
     pub async fn revoke_grant(&self, id: &str) -> Result<(), ClientError> {
         let path = artifacts::grant_path(id);
-        self.send(Method::DELETE, &path, full(Bytes::new()))
+        self.exchange(Method::DELETE, &path, Bytes::new())
             .await
             .map(|_| ())
     }
@@ -81,13 +81,13 @@ impl ShimClient {
         wait: Option<u32>,
     ) -> Result<PullStatus, ClientError> {
         let q = wait_query(&artifacts::pull_path(id), wait);
-        Ok(self.call(Method::GET, &q, full(Bytes::new())).await?.1)
+        Ok(self.call(Method::GET, &q, Bytes::new()).await?.1)
     }
 
     /// `GET /v1/pulls`
     pub async fn pulls(&self) -> Result<Vec<PullStatus>, ClientError> {
         let (_, list): (_, PullList) = self
-            .call(Method::GET, artifacts::PULLS, full(Bytes::new()))
+            .call(Method::GET, artifacts::PULLS, Bytes::new())
             .await?;
         Ok(list.pulls)
     }
@@ -95,7 +95,7 @@ impl ShimClient {
     /// `DELETE /v1/pulls/{id}`: cancels it if it runs, and forgets it.
     pub async fn delete_pull(&self, id: &str) -> Result<(), ClientError> {
         let path = artifacts::pull_path(id);
-        self.send(Method::DELETE, &path, full(Bytes::new()))
+        self.exchange(Method::DELETE, &path, Bytes::new())
             .await
             .map(|_| ())
     }

@@ -6,12 +6,14 @@
 //! - this file: [`ShimClient`], one typed call per route.
 //! - [`artifacts`]: grants, pulls and the resumable files stream (a second `impl ShimClient`).
 //! - [`transport`]: how a request reaches the shim: the [`Transport`] trait and the direct pool.
+//! - `h1`: the direct pool's own HTTP/1.1 exchange for JSON calls (streams go through hyper).
 //! - [`error`]: [`ClientError`], with the shim's error codes as [`protocol::ErrorCode`].
 //! - [`output`]: a frame stream, and attach with resume.
 //! - [`local`]: a shim started as a child process on loopback, ready when it writes its address.
 
 mod artifacts;
 mod error;
+mod h1;
 pub mod local;
 mod output;
 pub mod transport;
@@ -136,43 +138,61 @@ impl ShimClient {
         Err(api_error(resp).await)
     }
 
+    /// A request whose answer is wanted whole: sent through [`Transport::exchange`]; an error
+    /// status becomes [`ClientError::Api`].
+    async fn exchange(
+        &self,
+        method: Method,
+        path_q: &str,
+        body: Bytes,
+    ) -> Result<(StatusCode, Bytes), ClientError> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(format!("{}{}", self.base, path_q));
+        if let Some((name, value)) = &self.auth {
+            req = req.header(name, value);
+        }
+        let req = req
+            .body(body)
+            .map_err(|_| ClientError::InvalidUrl(path_q.to_owned()))?;
+        let (status, body) = self
+            .transport
+            .exchange(req)
+            .await
+            .map_err(ClientError::Transport)?;
+        if status.is_success() {
+            return Ok((status, body));
+        }
+        Err(api_error_of(status, &body))
+    }
+
     async fn call<T: DeserializeOwned>(
         &self,
         method: Method,
         path_q: &str,
-        body: ReqBody,
+        body: Bytes,
     ) -> Result<(StatusCode, T), ClientError> {
-        let resp = self.send(method, path_q, body).await?;
-        let status = resp.status();
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(ClientError::Body)?
-            .to_bytes();
+        let (status, bytes) = self.exchange(method, path_q, body).await?;
         Ok((
             status,
             serde_json::from_slice(&bytes).map_err(ClientError::Json)?,
         ))
     }
 
-    fn json_body<T: serde::Serialize>(v: &T) -> ReqBody {
-        full(serde_json::to_vec(v).unwrap_or_default())
+    fn json_body<T: serde::Serialize>(v: &T) -> Bytes {
+        serde_json::to_vec(v).unwrap_or_default().into()
     }
 
     /// `GET /healthz`: whether the shim serves.
     pub async fn healthz(&self) -> Result<(), ClientError> {
-        self.send(Method::GET, routes::HEALTHZ, full(Bytes::new()))
+        self.exchange(Method::GET, routes::HEALTHZ, Bytes::new())
             .await
             .map(|_| ())
     }
 
     /// `GET /v1/info`
     pub async fn info(&self) -> Result<Info, ClientError> {
-        Ok(self
-            .call(Method::GET, routes::INFO, full(Bytes::new()))
-            .await?
-            .1)
+        Ok(self.call(Method::GET, routes::INFO, Bytes::new()).await?.1)
     }
 
     /// `PUT /v1/processes/{id}`: the process, and whether this call started it.
@@ -216,7 +236,7 @@ impl ShimClient {
     /// `GET /v1/processes/{id}`
     pub async fn get(&self, id: &str) -> Result<Process, ClientError> {
         Ok(self
-            .call(Method::GET, &process_path(id), full(Bytes::new()))
+            .call(Method::GET, &process_path(id), Bytes::new())
             .await?
             .1)
     }
@@ -227,7 +247,7 @@ impl ShimClient {
             .call(
                 Method::GET,
                 &format!("{}?wait={secs}", process_path(id)),
-                full(Bytes::new()),
+                Bytes::new(),
             )
             .await?
             .1)
@@ -236,7 +256,7 @@ impl ShimClient {
     /// `GET /v1/processes`
     pub async fn list(&self) -> Result<Vec<Process>, ClientError> {
         let (_, l): (_, ProcessList) = self
-            .call(Method::GET, routes::PROCESSES, full(Bytes::new()))
+            .call(Method::GET, routes::PROCESSES, Bytes::new())
             .await?;
         Ok(l.processes)
     }
@@ -254,7 +274,7 @@ impl ShimClient {
             process_sub_path(id, "stdin"),
             if eof { "&eof=1" } else { "" }
         );
-        Ok(self.call(Method::POST, &q, full(data)).await?.1)
+        Ok(self.call(Method::POST, &q, data).await?.1)
     }
 
     /// `POST /v1/processes/{id}/signal`
@@ -291,7 +311,7 @@ impl ShimClient {
             process_path(id),
             if force { "?force=1" } else { "" }
         );
-        self.send(Method::DELETE, &q, full(Bytes::new()))
+        self.exchange(Method::DELETE, &q, Bytes::new())
             .await
             .map(|_| ())
     }
@@ -334,28 +354,28 @@ impl ShimClient {
 
     /// `GET /metrics`
     pub async fn metrics(&self) -> Result<String, ClientError> {
-        let resp = self
-            .send(Method::GET, routes::METRICS, full(Bytes::new()))
+        let (_, b) = self
+            .exchange(Method::GET, routes::METRICS, Bytes::new())
             .await?;
-        let b = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(ClientError::Body)?
-            .to_bytes();
         Ok(String::from_utf8_lossy(&b).into_owned())
     }
 }
 
 async fn api_error(resp: http::Response<RespBody>) -> ClientError {
-    let status = resp.status().as_u16();
+    let status = resp.status();
     let body = resp
         .into_body()
         .collect()
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    match serde_json::from_slice::<protocol::ErrorBody>(&body) {
+    api_error_of(status, &body)
+}
+
+/// The error an answer of `status` with `body` (the shim's JSON error, or anything) stands for.
+fn api_error_of(status: StatusCode, body: &[u8]) -> ClientError {
+    let status = status.as_u16();
+    match serde_json::from_slice::<protocol::ErrorBody>(body) {
         Ok(e) => ClientError::Api {
             status,
             code: protocol::ErrorCode::parse(&e.error.code),
