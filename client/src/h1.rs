@@ -8,8 +8,7 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Bytes of an answer's status line and headers.
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -75,10 +74,11 @@ pub fn encode(
     out
 }
 
-/// Sends `request` (from [`encode`]) on `conn` and reads the whole answer; `buf` is the
-/// connection's read buffer, empty between answers.
-pub async fn exchange(
-    conn: &mut TcpStream,
+/// Sends `request` (from [`encode`]) on `conn` (a TCP connection, or anything that reads and
+/// writes like one) and reads the whole answer; `buf` is the connection's read buffer, empty
+/// between answers.
+pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut S,
     buf: &mut Vec<u8>,
     request: &[u8],
     head_only: bool,
@@ -118,13 +118,13 @@ enum Framing {
 }
 
 /// Reads one answer out of a connection: `buf[at..]` is read but not yet used.
-struct Reader<'a> {
-    conn: &'a mut TcpStream,
+struct Reader<'a, S> {
+    conn: &'a mut S,
     buf: &'a mut Vec<u8>,
     at: usize,
 }
 
-impl Reader<'_> {
+impl<S: AsyncRead + Unpin> Reader<'_, S> {
     /// Reads more; `false` at the end of the stream.
     async fn fill(&mut self) -> Result<bool, H1Error> {
         let answered = !self.buf.is_empty();

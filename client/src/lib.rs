@@ -6,14 +6,14 @@
 //! - this file: [`ShimClient`], one typed call per route.
 //! - [`artifacts`]: grants, pulls and the resumable files stream (a second `impl ShimClient`).
 //! - [`transport`]: how a request reaches the shim: the [`Transport`] trait and the direct pool.
-//! - `h1`: the direct pool's own HTTP/1.1 exchange for JSON calls (streams go through hyper).
+//! - [`h1`]: the direct pool's own HTTP/1.1 exchange for JSON calls (streams go through hyper).
 //! - [`error`]: [`ClientError`], with the shim's error codes as [`protocol::ErrorCode`].
 //! - [`output`]: a frame stream, and attach with resume.
 //! - [`local`]: a shim started as a child process on loopback, ready when it writes its address.
 
 mod artifacts;
 mod error;
-mod h1;
+pub mod h1;
 pub mod local;
 mod output;
 pub mod transport;
