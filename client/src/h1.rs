@@ -86,7 +86,12 @@ pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     let io = |answered| move |source| H1Error::Io { source, answered };
     conn.write_all(request).await.map_err(io(false))?;
     buf.clear();
-    let mut r = Reader { conn, buf, at: 0 };
+    let mut r = Reader {
+        conn,
+        buf,
+        at: 0,
+        answered: false,
+    };
     loop {
         let (status, framing, close) = r.head().await?;
         if status.is_informational() {
@@ -122,20 +127,32 @@ struct Reader<'a, S> {
     conn: &'a mut S,
     buf: &'a mut Vec<u8>,
     at: usize,
+    /// Whether any byte of the answer came.
+    answered: bool,
 }
 
+/// Trailer lines after a chunked body.
+const MAX_TRAILERS: usize = 64;
+
 impl<S: AsyncRead + Unpin> Reader<'_, S> {
-    /// Reads more; `false` at the end of the stream.
+    /// Reads more; `false` at the end of the stream. What was used is dropped first once it is
+    /// more than a read's worth, so the buffer holds what is not yet used (a chunked body's
+    /// framing and its trailers included).
     async fn fill(&mut self) -> Result<bool, H1Error> {
-        let answered = !self.buf.is_empty();
+        if self.at > 8192 {
+            self.buf.drain(..self.at);
+            self.at = 0;
+        }
         if self.buf.len() == self.buf.capacity() {
             self.buf.reserve(8192);
         }
+        let answered = self.answered;
         let n = self
             .conn
             .read_buf(self.buf)
             .await
             .map_err(|source| H1Error::Io { source, answered })?;
+        self.answered |= n > 0;
         Ok(n > 0)
     }
 
@@ -145,7 +162,7 @@ impl<S: AsyncRead + Unpin> Reader<'_, S> {
         }
         Err(H1Error::Io {
             source: std::io::ErrorKind::UnexpectedEof.into(),
-            answered: !self.buf.is_empty(),
+            answered: self.answered,
         })
     }
 
@@ -207,8 +224,12 @@ impl<S: AsyncRead + Unpin> Reader<'_, S> {
                 .and_then(|hex| usize::from_str_radix(hex.trim(), 16).ok())
                 .ok_or_else(|| bad("bad chunk size"))?;
             if size == 0 {
-                while !self.line().await?.is_empty() {}
-                return Ok(body.into());
+                for _ in 0..=MAX_TRAILERS {
+                    if self.line().await?.is_empty() {
+                        return Ok(body.into());
+                    }
+                }
+                return Err(bad("too many trailers"));
             }
             if size > MAX_BODY - body.len() {
                 return Err(bad("body too large"));

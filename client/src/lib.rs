@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use protocol::routes::{self, percent_encode, process_path, process_sub_path};
 use protocol::{
     Info, Process, ProcessList, SignalRequest, SignalSpec, SpawnRequest, StdinAck, TtySize,
@@ -55,7 +55,7 @@ impl std::fmt::Debug for ShimClient {
 }
 
 fn full(b: impl Into<Bytes>) -> ReqBody {
-    Full::new(b.into()).map_err(|never| match never {}).boxed()
+    transport::full_body(b.into())
 }
 
 impl ShimClient {

@@ -141,6 +141,10 @@ async fn a_close_before_and_during_the_answer_says_which() {
 #[tokio::test]
 async fn what_it_does_not_understand_is_refused() {
     let huge = format!("HTTP/1.1 200 OK\r\nx: {}\r\n\r\n", "a".repeat(MAX_HEAD));
+    let trailers = format!(
+        "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0\r\n{}\r\n",
+        "t: x\r\n".repeat(MAX_TRAILERS + 1)
+    );
     let cases: Vec<Vec<u8>> = vec![
         b"HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n".to_vec(),
         b"SPDY/9 200 OK\r\n\r\n".to_vec(),
@@ -154,6 +158,7 @@ async fn what_it_does_not_understand_is_refused() {
         b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n".to_vec(),
         b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabX\r\n".to_vec(),
         huge.into_bytes(),
+        trailers.into_bytes(),
     ];
     for answer in cases {
         let shown = String::from_utf8_lossy(&answer[..answer.len().min(60)]).into_owned();
