@@ -10,7 +10,8 @@ use protocol::artifacts::{
 use protocol::query;
 use protocol::routes;
 
-use crate::{ClientError, ShimClient, full};
+use crate::transport::full_body;
+use crate::{ClientError, ShimClient};
 
 /// One response of a (possibly resumed) `GET /v1/files`.
 #[derive(Debug)]
@@ -117,7 +118,7 @@ impl ShimClient {
             pairs.push((query::ETAG, e));
         }
         let q = format!("{}{}", routes::FILES, query::build(&pairs));
-        let resp = self.send(Method::GET, &q, full(Bytes::new())).await?;
+        let resp = self.send(Method::GET, &q, full_body(Bytes::new())).await?;
         let h = resp.headers();
         let etag = h
             .get(header::ETAG)

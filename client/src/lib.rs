@@ -33,6 +33,7 @@ use serde::de::DeserializeOwned;
 pub use artifacts::FilesOut;
 pub use error::ClientError;
 pub use output::{Attached, OutputStream};
+use transport::full_body;
 pub use transport::{BoxError, Direct, ReqBody, RespBody, SendFuture, TokenHeader, Transport};
 
 /// Client of one shim. Its `Debug` shows the base URL, the transport and whether a token is set,
@@ -52,10 +53,6 @@ impl std::fmt::Debug for ShimClient {
             .field("auth", &self.auth.as_ref().map(|(name, _)| name))
             .finish()
     }
-}
-
-fn full(b: impl Into<Bytes>) -> ReqBody {
-    transport::full_body(b.into())
 }
 
 impl ShimClient {
@@ -112,21 +109,25 @@ impl ShimClient {
         &self.base
     }
 
-    async fn send(
-        &self,
-        method: Method,
-        path_q: &str,
-        body: ReqBody,
-    ) -> Result<http::Response<RespBody>, ClientError> {
+    /// The request for a route: the base URL joined with `path_q`, the token header, `body`.
+    fn request<B>(&self, method: Method, path_q: &str, body: B) -> Result<Request<B>, ClientError> {
         let mut req = Request::builder()
             .method(method)
             .uri(format!("{}{}", self.base, path_q));
         if let Some((name, value)) = &self.auth {
             req = req.header(name, value);
         }
-        let req = req
-            .body(body)
-            .map_err(|_| ClientError::InvalidUrl(path_q.to_owned()))?;
+        req.body(body)
+            .map_err(|_| ClientError::InvalidUrl(path_q.to_owned()))
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path_q: &str,
+        body: ReqBody,
+    ) -> Result<http::Response<RespBody>, ClientError> {
+        let req = self.request(method, path_q, body)?;
         let resp = self
             .transport
             .send(req)
@@ -146,15 +147,7 @@ impl ShimClient {
         path_q: &str,
         body: Bytes,
     ) -> Result<(StatusCode, Bytes), ClientError> {
-        let mut req = Request::builder()
-            .method(method)
-            .uri(format!("{}{}", self.base, path_q));
-        if let Some((name, value)) = &self.auth {
-            req = req.header(name, value);
-        }
-        let req = req
-            .body(body)
-            .map_err(|_| ClientError::InvalidUrl(path_q.to_owned()))?;
+        let req = self.request(method, path_q, body)?;
         let (status, body) = self
             .transport
             .exchange(req)
@@ -328,7 +321,7 @@ impl ShimClient {
             process_sub_path(id, "output"),
             if follow { "&follow=1" } else { "" }
         );
-        let resp = self.send(Method::GET, &q, full(Bytes::new())).await?;
+        let resp = self.send(Method::GET, &q, full_body(Bytes::new())).await?;
         Ok(OutputStream::new(resp.into_body(), offset))
     }
 
@@ -340,14 +333,14 @@ impl ShimClient {
 
     /// `PUT /v1/files?path=DIR` with a tar held in memory.
     pub async fn files_in_bytes(&self, dir: &str, tar: Bytes) -> Result<(), ClientError> {
-        self.files_in(dir, full(tar)).await
+        self.files_in(dir, full_body(tar)).await
     }
 
     /// `GET /v1/files?path=P`: the tar stream's body.
     pub async fn files_out(&self, path: &str) -> Result<RespBody, ClientError> {
         let q = format!("{}?path={}", routes::FILES, percent_encode(path));
         Ok(self
-            .send(Method::GET, &q, full(Bytes::new()))
+            .send(Method::GET, &q, full_body(Bytes::new()))
             .await?
             .into_body())
     }
