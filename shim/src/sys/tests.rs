@@ -18,6 +18,18 @@ fn null_stdio() -> (OwnedFd, OwnedFd) {
     (r, w)
 }
 
+/// Stdout and stderr both into one pipe, whose read end comes back for the test to read.
+fn output_to_pipe(stdin: Option<OwnedFd>) -> (OwnedFd, ChildStdio) {
+    let (r, w) = pipe().expect("pipe");
+    let stderr = w.try_clone().expect("dup");
+    let stdio = ChildStdio::Fds {
+        stdin,
+        stdout: w,
+        stderr,
+    };
+    (r, stdio)
+}
+
 fn exec(path: &str, args: &[&str], stdio: ChildStdio) -> Exec {
     let mut argv = vec![cstr(path)];
     argv.extend(args.iter().map(|a| cstr(a)));
@@ -53,8 +65,7 @@ fn exec_status(f: &Forked) -> Option<(Stage, &io::Error)> {
 #[test]
 fn fork_exec_runs_in_own_session_with_output_and_exit_code() {
     let _g = CHILDREN.lock();
-    let (out_r, out_w) = pipe().unwrap();
-    let err_w = out_w.try_clone().unwrap();
+    let (out_r, stdio) = output_to_pipe(None);
     let mut ex = exec(
         "/bin/sh",
         &[
@@ -62,11 +73,7 @@ fn fork_exec_runs_in_own_session_with_output_and_exit_code() {
             "echo $$ $(ps -o sid= -p $$ 2>/dev/null || cut -d' ' -f6 /proc/$$/stat) \
              $(cat /proc/$$/oom_score_adj) $(readlink /proc/$$/fd/0); exit 7",
         ],
-        ChildStdio::Fds {
-            stdin: None,
-            stdout: out_w,
-            stderr: err_w,
-        },
+        stdio,
     );
     ex.oom_score_adj = Some(700);
     let f = fork_exec(&ex).unwrap();
@@ -106,17 +113,8 @@ fn child_inherits_an_equal_oom_score_adj() {
     let path = "/proc/self/oom_score_adj";
     let own = std::fs::read_to_string(path).unwrap();
     std::fs::write(path, "600").unwrap();
-    let (out_r, out_w) = pipe().unwrap();
-    let err_w = out_w.try_clone().unwrap();
-    let mut ex = exec(
-        "/bin/sh",
-        &["-c", "cat /proc/$$/oom_score_adj"],
-        ChildStdio::Fds {
-            stdin: None,
-            stdout: out_w,
-            stderr: err_w,
-        },
-    );
+    let (out_r, stdio) = output_to_pipe(None);
+    let mut ex = exec("/bin/sh", &["-c", "cat /proc/$$/oom_score_adj"], stdio);
     ex.oom_score_adj = Some(600);
     let f = fork_exec(&ex).unwrap();
     drop(ex);
@@ -242,18 +240,9 @@ fn child_starts_with_no_ignored_or_blocked_signals() {
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
-    let (out_r, out_w) = pipe().unwrap();
     let (in_r, _) = null_stdio();
-    let err_w = out_w.try_clone().unwrap();
-    let ex = exec(
-        "/bin/cat",
-        &["/proc/self/status"],
-        ChildStdio::Fds {
-            stdin: Some(in_r),
-            stdout: out_w,
-            stderr: err_w,
-        },
-    );
+    let (out_r, stdio) = output_to_pipe(Some(in_r));
+    let ex = exec("/bin/cat", &["/proc/self/status"], stdio);
     let f = fork_exec(&ex).unwrap();
     drop(ex);
     let mut out = String::new();
