@@ -306,3 +306,46 @@ fn fork_exec_restores_the_parents_signal_mask() {
     );
     assert_eq!(wait_for(f.pid), Reaped::Exited(f.pid, 0));
 }
+
+#[test]
+fn child_stack_depth_stays_far_below_its_size() {
+    let _g = CHILDREN.lock();
+    // Every set-up path the child can take: credentials, a directory, a terminal, its own oom
+    // score, and the failures after each stage.
+    let mut runs: Vec<Exec> = Vec::new();
+    let (_, stdio) = output_to_pipe(None);
+    let mut ex = exec("/bin/true", &[], stdio);
+    ex.creds = Some(Credentials {
+        uid: geteuid(),
+        // SAFETY: no arguments, no memory.
+        gid: unsafe { libc::getegid() },
+        groups: vec![0, 1, 2],
+    });
+    ex.dir = Some(cstr("/"));
+    let own: i32 = std::fs::read_to_string("/proc/self/oom_score_adj")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    ex.oom_score_adj = Some(if own < 1000 { own + 1 } else { own - 1 });
+    runs.push(ex);
+    let (_master, slave) = openpty(80, 24).unwrap();
+    runs.push(exec("/bin/true", &[], ChildStdio::Tty { slave }));
+    let (_, stdio) = output_to_pipe(None);
+    let mut ex = exec("/bin/true", &[], stdio);
+    ex.dir = Some(cstr("/nonexistent/dir"));
+    runs.push(ex);
+    let (_, stdio) = output_to_pipe(None);
+    runs.push(exec("/nonexistent/program", &[], stdio));
+    for ex in runs {
+        let f = fork_exec(&ex).unwrap();
+        drop(ex);
+        wait_for(f.pid);
+    }
+    use super::exec::{CHILD_STACK, CHILD_STACK_DEEPEST};
+    let deepest = CHILD_STACK_DEEPEST.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(deepest > 0, "the child's stack was not used at all");
+    assert!(
+        deepest <= CHILD_STACK / 4,
+        "the child reached {deepest} bytes into its {CHILD_STACK}-byte stack"
+    );
+}
