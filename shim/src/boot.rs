@@ -19,6 +19,11 @@ const BACKLOG: u32 = 8192;
 /// Process-wide settings, before the runtime starts. Each failure is logged and survived: the shim
 /// still serves, with the protection named in the warning missing.
 pub fn process_settings(config: &mut Config) {
+    // Before any thread starts, so every thread inherits it: SIGCHLD is read from an fd (see
+    // `reaper::install`), and a thread with it unblocked would take it and drop it.
+    if let Err(e) = sys::block_sigchld() {
+        warn!(cause = %e, "cannot block SIGCHLD; exits may be noticed only by the reaper's timer");
+    }
     if let Err(e) = sys::set_child_subreaper() {
         warn!(cause = %e, "cannot become a child subreaper; orphans outside PID 1 go elsewhere");
     }

@@ -1,38 +1,60 @@
-//! The reaper: the shim's only caller of `waitpid`. Woken by SIGCHLD (and by a slow timer as a safety
-//! net), it collects every child that has ended, its own processes and re-parented orphans alike, and
-//! hands each exit to the process table by pid.
+//! The reaper: the shim's only caller of `waitpid`. Woken by SIGCHLD, taken from a `signalfd` (and
+//! by a slow timer as a safety net), it collects every child that has ended, its own processes and
+//! re-parented orphans alike, and hands each exit to the process table by pid.
 
+use std::fs::File;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{error, warn};
 use protocol::Exit;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::io::unix::AsyncFd;
 
 use crate::sys::{self, Reaped};
 use crate::table::Table;
 
-/// Installs the SIGCHLD handler. Call before the first spawn, so no child's exit goes unnoticed.
-pub fn install() -> Option<tokio::signal::unix::Signal> {
-    match signal(SignalKind::child()) {
-        Ok(s) => Some(s),
+/// SIGCHLD as a pollable fd.
+pub type Sigchld = AsyncFd<File>;
+
+/// Blocks SIGCHLD (see [`crate::boot::process_settings`], which already did so before any thread
+/// started) and opens the fd it is read from. Call before the first spawn, so no child's exit goes
+/// unnoticed.
+pub fn install() -> Option<Sigchld> {
+    let fd = sys::block_sigchld()
+        .and_then(|()| sys::sigchld_fd())
+        .and_then(|fd| sys::async_fd(File::from(fd)));
+    match fd {
+        Ok(fd) => Some(fd),
         Err(e) => {
-            // Without the handler the timer below still reaps, only later.
-            error!(cause = %e, "cannot install SIGCHLD handler; reaping on a timer only");
+            // Without it the timer below still reaps, only later.
+            error!(cause = %e, "cannot watch SIGCHLD; reaping on a timer only");
             None
         }
     }
 }
 
 /// Reaps forever.
-pub async fn run(table: Arc<Table>, mut sigchld: Option<tokio::signal::unix::Signal>) {
+pub async fn run(table: Arc<Table>, sigchld: Option<Sigchld>) {
     loop {
         reap_all(&table);
         let tick = tokio::time::sleep(Duration::from_secs(1));
-        match sigchld.as_mut() {
-            Some(s) => {
+        match &sigchld {
+            Some(fd) => {
                 tokio::select! {
-                    _ = s.recv() => {}
+                    ready = fd.readable() => if let Ok(mut ready) = ready {
+                        // SIGCHLD is pending at most once: one read empties the fd, so the
+                        // readiness is cleared without a second read to see it fail. A SIGCHLD
+                        // after the read raises a new edge, and every exit before it is reaped
+                        // by the `reap_all` that follows.
+                        match sys::take_sigchld(fd.get_ref()) {
+                            Ok(_) => ready.clear_ready(),
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => ready.clear_ready(),
+                            Err(e) => {
+                                warn!(cause = %e, "reading SIGCHLD failed");
+                                ready.clear_ready();
+                            }
+                        }
+                    },
                     _ = tick => {}
                 }
             }

@@ -1,5 +1,5 @@
 //! The shim as PID 1: orphans reaped with no zombie left (in a fresh PID namespace, where the shim
-//! really is PID 1), SIGTERM shutdown with grace then KILL, and configuration errors exit 64.
+//! really is PID 1), SIGCHLD blocked in every thread and taken from its fd, SIGTERM shutdown with grace then KILL, and configuration errors exit 64.
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
 mod common;
@@ -72,6 +72,67 @@ async fn orphaned_grandchildren_are_reaped_as_pid_1() {
     assert!(
         orphans >= 40,
         "every orphan was reaped by the shim, saw {orphans}"
+    );
+}
+
+/// The signal mask and caught signals of each of a process's threads, from `/proc`.
+fn thread_signal_masks(pid: u32) -> Vec<(String, u64, u64)> {
+    let hex = |status: &str, key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap()
+    };
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|t| {
+            let status = std::fs::read_to_string(t.unwrap().path().join("status")).unwrap();
+            let name = status.lines().next().unwrap_or_default().to_owned();
+            (name, hex(&status, "SigBlk:"), hex(&status, "SigCgt:"))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigchld_is_blocked_in_every_thread_and_exits_are_seen_at_once() {
+    let shim = Shim::start();
+    // A spawn with a directory starts a blocking thread (see `spawn::prepare`).
+    let mut spec = sh("exit 3");
+    spec.dir = Some(std::env::temp_dir().to_string_lossy().into_owned());
+    let (p, _) = shim.client.spawn_wait("dir", &spec, 10).await.unwrap();
+    assert_eq!(p.exit, Some(Exit::code(3)));
+    let sigchld = 1u64 << (libc::SIGCHLD - 1);
+    let threads = thread_signal_masks(shim.pid());
+    assert!(
+        threads.len() >= 2,
+        "a blocking thread was started: {threads:?}"
+    );
+    for (name, blocked, caught) in &threads {
+        assert!(
+            blocked & sigchld != 0,
+            "{name}: SIGCHLD not blocked ({blocked:x})"
+        );
+        assert!(
+            caught & sigchld == 0,
+            "{name}: SIGCHLD caught by a handler ({caught:x})"
+        );
+    }
+    // Each exit wakes the reaper through the signalfd: without it only the reaper's 1 s timer
+    // would notice, and 20 waits would take about 10 s.
+    let started = Instant::now();
+    for i in 0..20 {
+        let (p, _) = shim
+            .client
+            .spawn_wait(&format!("quick{i}"), &sh("true"), 10)
+            .await
+            .unwrap();
+        assert_eq!(p.exit, Some(Exit::code(0)));
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "20 spawn-waits took {took:?}"
     );
 }
 

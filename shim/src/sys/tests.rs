@@ -232,11 +232,13 @@ fn nonblocking_flag_and_limits() {
 #[test]
 fn child_starts_with_no_ignored_or_blocked_signals() {
     let _g = CHILDREN.lock();
-    // The test harness, like the shim, ignores SIGPIPE; block one more to prove the mask is reset.
+    // The test harness, like the shim, ignores SIGPIPE; block SIGCHLD as the shim does and one more
+    // to prove the mask is reset.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGUSR1);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
