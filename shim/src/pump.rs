@@ -76,6 +76,10 @@ pub async fn run(
     let mut reaped = reaped;
     let mut exit: Option<Exit> = None;
     let mut deadline: Option<Instant> = None;
+    // Sources at end of file once the exit is known: closed only after the exit frame is written and
+    // its waiters have run, so a spawn waiting for the exit is answered before two `epoll_ctl` and
+    // two `close` calls.
+    let mut ended: Vec<(AsyncFd<File>, FrameType)> = Vec::new();
     while a.is_some() || b.is_some() || exit.is_none() {
         tokio::select! {
             out = pump_once(a.as_ref(), &proc.log), if a.is_some() => {
@@ -101,7 +105,7 @@ pub async fn run(
                     if let Some(out) = out
                         && handle(&proc, out, src.as_ref().map(|s| s.1)).await
                     {
-                        *src = None;
+                        ended.extend(src.take());
                     }
                 }
             }
@@ -120,6 +124,10 @@ pub async fn run(
             warned = true;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    if !ended.is_empty() {
+        tokio::task::yield_now().await;
+        drop(ended);
     }
 }
 
