@@ -224,6 +224,21 @@ pub async fn plan(spec: &SpawnRequest, base_env: &[(String, String)]) -> Result<
     })
 }
 
+/// The parent's ends of a child's output before the fork. The read ends of pipes are made
+/// non-blocking and registered with the reactor only once the child runs: four system calls fewer
+/// between a spawn request and the child's start (output written meanwhile is reported at once when
+/// they are registered).
+enum Unwatched {
+    Ready(Sources),
+    Pipes(OwnedFd, OwnedFd),
+}
+
+/// A pipe's read end, non-blocking and registered with the reactor.
+fn watch(fd: OwnedFd) -> Result<AsyncFd<File>, Error> {
+    sys::set_nonblocking(&fd, true).map_err(|e| Error::io("configuring pipes", e))?;
+    crate::sys::async_fd(File::from(fd)).map_err(|e| Error::io("polling pipes", e))
+}
+
 /// Starts the process `plan` prepared for `spec`: creates its pipes or pty and forks. Synchronous,
 /// so a caller that records the child right after cannot be interrupted in between (a client that
 /// hangs up drops the request's future only at an await). `fork` forks and execs (the table wraps
@@ -243,9 +258,9 @@ pub fn start(
             sys::set_nonblocking(&master, true).map_err(io_err("configuring the pty"))?;
             let reader = master.try_clone().map_err(io_err("duplicating the pty"))?;
             let writer = master.try_clone().map_err(io_err("duplicating the pty"))?;
-            let sources = Sources::Tty(
+            let sources = Unwatched::Ready(Sources::Tty(
                 crate::sys::async_fd(File::from(reader)).map_err(io_err("polling the pty"))?,
-            );
+            ));
             let stdin = Stdin::new(File::from(writer), true).map_err(io_err("polling the pty"))?;
             (
                 ChildStdio::Tty { slave },
@@ -267,21 +282,13 @@ pub fn start(
             } else {
                 (None, None)
             };
-            let watch = |fd: OwnedFd| -> Result<AsyncFd<File>, Error> {
-                sys::set_nonblocking(&fd, true).map_err(io_err("configuring pipes"))?;
-                crate::sys::async_fd(File::from(fd)).map_err(io_err("polling pipes"))
-            };
-            let sources = Sources::Pipes {
-                out: watch(out_r)?,
-                err: watch(err_r)?,
-            };
             (
                 ChildStdio::Fds {
                     stdin: child_in,
                     stdout: out_w,
                     stderr: err_w,
                 },
-                sources,
+                Unwatched::Pipes(out_r, err_r),
                 stdin,
                 None,
             )
@@ -346,6 +353,26 @@ pub fn start(
             error,
         });
     }
+    let sources = match sources {
+        Unwatched::Ready(s) => s,
+        Unwatched::Pipes(out, err) => match watch(out).and_then(|out| {
+            Ok(Sources::Pipes {
+                out,
+                err: watch(err)?,
+            })
+        }) {
+            Ok(s) => s,
+            Err(error) => {
+                // The child runs already and nobody could read it: stop it (its own session's
+                // group; not yet reaped, so the pid is still its).
+                let _ = sys::kill_group(pid, libc::SIGKILL);
+                return Err(Failed {
+                    pid: Some(pid),
+                    error,
+                });
+            }
+        },
+    };
     Ok(Started {
         pid,
         sources,
