@@ -58,12 +58,23 @@ async fn forced_delete_kills_the_group_and_setsid_children_after_the_leader_exit
     shim.client.delete("plain", false).await.unwrap();
     assert!(alive(plain[0]));
     shim.client.delete("bg", true).await.unwrap();
-    eventually(
-        Duration::from_secs(5),
-        "every process bg left behind to die",
-        || left.iter().all(|&p| !alive(p)),
-    )
-    .await;
+    let survivors = || {
+        left.iter()
+            .filter(|&&p| alive(p))
+            .map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !survivors().is_empty() {
+        // Which process lived on, and as what (a reused pid shows another command).
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left behind by bg and still alive after its forced delete: {:?}\nshim log:\n{}",
+            survivors(),
+            shim.log.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert!(shim.client.get("bg").await.is_err());
     assert!(
         alive(plain[0]),
