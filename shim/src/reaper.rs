@@ -46,14 +46,12 @@ pub async fn run(table: Arc<Table>, sigchld: Option<Sigchld>) {
                         // readiness is cleared without a second read to see it fail. A SIGCHLD
                         // after the read raises a new edge, and every exit before it is reaped
                         // by the `reap_all` that follows.
-                        match sys::take_sigchld(fd.get_ref()) {
-                            Ok(_) => ready.clear_ready(),
-                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => ready.clear_ready(),
-                            Err(e) => {
-                                warn!(cause = %e, "reading SIGCHLD failed");
-                                ready.clear_ready();
-                            }
+                        if let Err(e) = sys::take_sigchld(fd.get_ref())
+                            && e.kind() != std::io::ErrorKind::WouldBlock
+                        {
+                            warn!(cause = %e, "reading SIGCHLD failed");
                         }
+                        ready.clear_ready();
                     },
                     _ = tick => {}
                 }

@@ -235,7 +235,7 @@ mod own_score;
 mod sigchld;
 
 pub use buf::read_spare;
-pub use sigchld::{block_sigchld, sigchld_blocked, sigchld_fd, take_sigchld};
+pub use sigchld::{block_sigchld, sigchld_fd, take_sigchld};
 
 pub use exec::{ChildStdio, Credentials, Exec, Forked, Stage, fork_exec};
 

@@ -33,19 +33,6 @@ pub fn block_sigchld() -> io::Result<()> {
     Ok(())
 }
 
-/// Whether SIGCHLD is blocked in the calling thread.
-pub fn sigchld_blocked() -> io::Result<bool> {
-    // SAFETY: an all-zero sigset_t is valid; the call writes the current mask into it.
-    let mut cur: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: null new-set pointer (query only), valid out pointer.
-    let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut cur) };
-    if r != 0 {
-        return Err(io::Error::from_raw_os_error(r));
-    }
-    // SAFETY: `cur` was filled in by the kernel.
-    Ok(unsafe { libc::sigismember(&cur, libc::SIGCHLD) } == 1)
-}
-
 /// A non-blocking, close-on-exec `signalfd` that becomes readable when SIGCHLD is pending.
 pub fn sigchld_fd() -> io::Result<OwnedFd> {
     let set = sigchld_set();
