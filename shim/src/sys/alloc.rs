@@ -67,14 +67,8 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut u8 {
     let Some(bytes) = n.checked_mul(size) else {
         return std::ptr::null_mut();
     };
-    // SAFETY: as in `malloc`; the block is zeroed before it is handed out.
-    unsafe {
-        let p = heap().c_malloc(bytes);
-        if !p.is_null() {
-            std::ptr::write_bytes(p, 0, bytes);
-        }
-        p
-    }
+    // SAFETY: as in `malloc`; dlmalloc zeroes the block unless it is fresh from `mmap`.
+    unsafe { heap().calloc(bytes, 1) }
 }
 
 /// C's `realloc`.
@@ -83,13 +77,9 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut u8 {
 /// The C contract of `realloc`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn realloc(ptr: *mut u8, size: usize) -> *mut u8 {
-    // SAFETY: a null pointer is a plain allocation; otherwise `ptr` came from `malloc` here.
-    unsafe {
-        if ptr.is_null() {
-            return heap().c_malloc(size);
-        }
-        heap().c_realloc(ptr, size)
-    }
+    // SAFETY: a null pointer is a plain allocation (dlmalloc's own rule); otherwise `ptr` came from
+    // this heap's C entry points.
+    unsafe { heap().c_realloc(ptr, size) }
 }
 
 /// C's `free`.
@@ -98,10 +88,8 @@ pub unsafe extern "C" fn realloc(ptr: *mut u8, size: usize) -> *mut u8 {
 /// The C contract of `free`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn free(ptr: *mut u8) {
-    if !ptr.is_null() {
-        // SAFETY: `ptr` came from this heap's C entry points.
-        unsafe { heap().c_free(ptr) }
-    }
+    // SAFETY: `ptr` is null (ignored by dlmalloc) or came from this heap's C entry points.
+    unsafe { heap().c_free(ptr) }
 }
 
 /// C's `aligned_alloc`.
