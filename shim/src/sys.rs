@@ -1,8 +1,9 @@
 //! Every `unsafe` call of the shim, each wrapped in a small safe function: fork/exec of a process in its
 //! own session, the single `waitpid` call (used only by the reaper), process-group signals, pseudo-
-//! terminals, pipes and process-wide settings (the clone/exec itself lives in `sys/exec.rs`, reads
-//! into uninitialised buffers in `sys/buf.rs`, SIGCHLD as an fd in `sys/sigchld.rs`, the heap on musl
-//! in `sys/alloc.rs`). The rest of the crate denies `unsafe`.
+//! terminals, pipes and process-wide settings (the clone/exec itself lives in `sys/exec.rs`, its
+//! child's stack in `sys/child_stack.rs`, reads into uninitialised buffers in `sys/buf.rs`, SIGCHLD
+//! as an fd in `sys/sigchld.rs`, the heap on musl in `sys/alloc.rs`). The rest of the crate denies
+//! `unsafe`.
 //!
 //! Spawn safety: between `clone` and `execve` the child shares the shim's memory and runs only raw
 //! system calls on data prepared before the clone (C strings, pointer arrays, fds), never allocating
@@ -228,6 +229,7 @@ pub fn geteuid() -> u32 {
 #[cfg(target_env = "musl")]
 mod alloc;
 mod buf;
+mod child_stack;
 pub mod direct;
 mod exec;
 pub mod fs;

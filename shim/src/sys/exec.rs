@@ -86,24 +86,6 @@ pub struct Forked {
     pub oom_set: bool,
 }
 
-/// Bytes of the child's stack. The child makes only raw system calls: it reached 176 bytes deep in
-/// a release build and 1,048 in a debug build (stack filled with a pattern, every set-up path; the
-/// `child_stack_depth_stays_far_below_its_size` test keeps measuring it).
-pub(crate) const CHILD_STACK: usize = 8 * 1024;
-
-/// The child's stack, in static memory rather than on the spawning thread's stack: a frame that
-/// holds it makes every request's handler probe and keep its pages resident (32 KiB of idle RSS
-/// when it was 32 KiB), while here only the page the child touches is resident. One clone uses it
-/// at a time; its lock is held until the child has exec'd or exited.
-static CHILD_STACK_MEM: std::sync::Mutex<[u8; CHILD_STACK]> =
-    std::sync::Mutex::new([0; CHILD_STACK]);
-
-/// The deepest any child reached into its stack, in bytes (tests only: the stack is filled with a
-/// pattern before each clone and scanned after).
-#[cfg(test)]
-pub(crate) static CHILD_STACK_DEEPEST: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(0);
-
 /// Everything the child reads, prepared by the parent; the child writes only `report`.
 struct ChildArgs<'a> {
     argv: &'a [*const libc::c_char],
@@ -325,13 +307,8 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
         oom_set: false,
         report: (0, 0),
     };
-    let mut stack = CHILD_STACK_MEM
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    #[cfg(test)]
-    stack.fill(0xa5);
-    // The stack grows down: the child starts at the top, 16-byte aligned as the ABI wants.
-    let top = ((stack.as_mut_ptr() as usize + CHILD_STACK) & !15) as *mut libc::c_void;
+    let mut stack = super::child_stack::take();
+    let top = stack.top();
     let all: u64 = !0;
     let mut old: u64 = 0;
     // SAFETY: blocks every signal in this thread (raw, so libc's own are included) until the child
@@ -365,14 +342,6 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
             &old,
             std::ptr::null_mut::<u64>(),
             8usize,
-        );
-    }
-    #[cfg(test)]
-    {
-        let untouched = stack.iter().take_while(|&&b| b == 0xa5).count();
-        CHILD_STACK_DEEPEST.fetch_max(
-            CHILD_STACK - untouched,
-            std::sync::atomic::Ordering::Relaxed,
         );
     }
     drop(stack);

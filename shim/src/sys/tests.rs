@@ -343,8 +343,8 @@ fn child_stack_depth_stays_far_below_its_size() {
         drop(ex);
         wait_for(f.pid);
     }
-    use super::exec::{CHILD_STACK, CHILD_STACK_DEEPEST};
-    let deepest = CHILD_STACK_DEEPEST.load(std::sync::atomic::Ordering::Relaxed);
+    use super::child_stack::{DEEPEST, SIZE as CHILD_STACK};
+    let deepest = DEEPEST.load(std::sync::atomic::Ordering::Relaxed);
     assert!(deepest > 0, "the child's stack was not used at all");
     assert!(
         deepest <= CHILD_STACK / 4,
