@@ -21,7 +21,7 @@ teardown() {
 trap teardown EXIT
 trap 'echo "cluster-ci: interrupted" >&2; failed=$((failed + 1)); exit 1' INT TERM
 
-echo "cluster-ci: up"
+echo "cluster-ci: up ($(df -h --output=avail / | tail -1 | tr -d ' ') free on /)"
 t=$SECONDS
 # A cold machine compiles Kubernetes here (about 6 minutes on 2 cores, more if shared).
 if ! env_lines=$(timeout "${STEPSHIM_UP_TIMEOUT:-3000}" "$here/up"); then
@@ -35,10 +35,37 @@ fi
 eval "$env_lines"
 echo "cluster-ci: up took $((SECONDS - t))s"
 
+# The node's scheduling taints, one "key:effect" a line; none on a healthy node.
+node_taints() {
+    kubectl get nodes -o jsonpath='{range .items[*].spec.taints[*]}{.key}:{.effect}{"\n"}{end}' 2>/dev/null |
+        grep -E ':(NoSchedule|NoExecute)$'
+}
+
+# node_fit SECS: waits up to SECS for the node to lose every scheduling taint (a pressure taint
+# clears 30 s after the pressure ends). If it keeps one, says which, why (the node's conditions)
+# and how full the disk is, and fails: every pod would only sit unscheduled until its test timed out.
+node_fit() {
+    local deadline=$((SECONDS + $1)) taints
+    while taints=$(node_taints) && [[ -n $taints ]]; do
+        if (( SECONDS >= deadline )); then
+            echo "cluster-ci: the node cannot take pods: $(echo $taints)" >&2
+            kubectl get nodes -o jsonpath='{range .items[*].status.conditions[?(@.status=="True")]}  {.type}: {.message}{"\n"}{end}' >&2 || true
+            df -h /var/lib 2>/dev/null | sed 's/^/  /' >&2
+            return 1
+        fi
+        sleep 5
+    done
+}
+
 run() {
     local name=$1 secs=$2; shift 2
     local t=$SECONDS
     echo "cluster-ci: run $name"
+    if ! node_fit 120; then
+        failed=$((failed + 1))
+        echo "cluster-ci: FAIL $name (not run: the node is tainted)" >&2
+        return
+    fi
     if timeout "$secs" "$@"; then
         passed=$((passed + 1))
         echo "cluster-ci: ok $name ($((SECONDS - t))s)"
