@@ -6,8 +6,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use crate::warn;
-use tokio::signal::unix::{SignalKind, signal};
+use crate::{error, warn};
 
 use crate::{Config, sys};
 
@@ -19,10 +18,14 @@ const BACKLOG: u32 = 8192;
 /// Process-wide settings, before the runtime starts. Each failure is logged and survived: the shim
 /// still serves, with the protection named in the warning missing.
 pub fn process_settings(config: &mut Config) {
-    // Before any thread starts, so every thread inherits it: SIGCHLD is read from an fd (see
-    // `reaper::install`), and a thread with it unblocked would take it and drop it.
-    if let Err(e) = sys::block_sigchld() {
+    // Before any thread starts, so every thread inherits the mask: SIGCHLD, SIGTERM and SIGINT are
+    // read from fds (`reaper::install`, `shutdown_signal`), and a thread with one unblocked would
+    // take it and drop it (or, for SIGTERM outside a PID namespace, die of it).
+    if let Err(e) = sys::block_signals(sys::Signals::Child) {
         warn!(cause = %e, "cannot block SIGCHLD; exits may be noticed only by the reaper's timer");
+    }
+    if let Err(e) = sys::block_signals(sys::Signals::Shutdown) {
+        warn!(cause = %e, "cannot block SIGTERM and SIGINT; a thread may take them unseen");
     }
     if let Err(e) = sys::set_child_subreaper() {
         warn!(cause = %e, "cannot become a child subreaper; orphans outside PID 1 go elsewhere");
@@ -77,14 +80,30 @@ pub fn announce(path: &Path, addr: &str) -> io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// Resolves on the first SIGTERM or SIGINT.
+/// Resolves on the first SIGTERM or SIGINT, taken from a `signalfd` (see `sys/signals.rs`; the two
+/// are blocked again here for a caller that skipped [`process_settings`]).
 pub fn shutdown_signal() -> io::Result<impl Future<Output = ()>> {
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
+    sys::block_signals(sys::Signals::Shutdown)?;
+    let fd = sys::async_fd(std::fs::File::from(sys::signal_fd(sys::Signals::Shutdown)?))?;
     Ok(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+        loop {
+            let mut ready = match fd.readable().await {
+                Ok(ready) => ready,
+                Err(e) => {
+                    // Never a reason to end every step: the pod's own SIGKILL still ends the shim.
+                    error!(cause = %e, "cannot watch SIGTERM and SIGINT any more");
+                    return std::future::pending().await;
+                }
+            };
+            match sys::take_signals(fd.get_ref()) {
+                Ok(n) if n > 0 => return,
+                Ok(_) => ready.clear_ready(),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready.clear_ready(),
+                Err(e) => {
+                    warn!(cause = %e, "reading SIGTERM or SIGINT failed");
+                    ready.clear_ready();
+                }
+            }
         }
     })
 }

@@ -20,8 +20,8 @@ pub type Sigchld = AsyncFd<File>;
 /// started) and opens the fd it is read from. Call before the first spawn, so no child's exit goes
 /// unnoticed.
 pub fn install() -> Option<Sigchld> {
-    let fd = sys::block_sigchld()
-        .and_then(|()| sys::sigchld_fd())
+    let fd = sys::block_signals(sys::Signals::Child)
+        .and_then(|()| sys::signal_fd(sys::Signals::Child))
         .and_then(|fd| sys::async_fd(File::from(fd)));
     match fd {
         Ok(fd) => Some(fd),
@@ -46,7 +46,7 @@ pub async fn run(table: Arc<Table>, sigchld: Option<Sigchld>) {
                         // readiness is cleared without a second read to see it fail. A SIGCHLD
                         // after the read raises a new edge, and every exit before it is reaped
                         // by the `reap_all` that follows.
-                        if let Err(e) = sys::take_sigchld(fd.get_ref())
+                        if let Err(e) = sys::take_signals(fd.get_ref())
                             && e.kind() != std::io::ErrorKind::WouldBlock
                         {
                             warn!(cause = %e, "reading SIGCHLD failed");

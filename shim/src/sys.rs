@@ -1,8 +1,8 @@
 //! Every `unsafe` call of the shim, each wrapped in a small safe function: fork/exec of a process in its
 //! own session, the single `waitpid` call (used only by the reaper), process-group signals, pseudo-
 //! terminals, pipes and process-wide settings (the clone/exec itself lives in `sys/exec.rs`, its
-//! child's stack in `sys/child_stack.rs`, reads into uninitialised buffers in `sys/buf.rs`, SIGCHLD
-//! as an fd in `sys/sigchld.rs`, the heap on musl in `sys/alloc.rs`). The rest of the crate denies
+//! child's stack in `sys/child_stack.rs`, reads into uninitialised buffers in `sys/buf.rs`, signals
+//! as fds in `sys/signals.rs`, the heap on musl in `sys/alloc.rs`). The rest of the crate denies
 //! `unsafe`.
 //!
 //! Spawn safety: between `clone` and `execve` the child shares the shim's memory and runs only raw
@@ -234,10 +234,10 @@ pub mod direct;
 mod exec;
 pub mod fs;
 mod own_score;
-mod sigchld;
+mod signals;
 
 pub use buf::read_spare;
-pub use sigchld::{block_sigchld, sigchld_fd, take_sigchld};
+pub use signals::{Signals, block_signals, signal_fd, take_signals};
 
 pub use exec::{ChildStdio, Credentials, Exec, Forked, Stage, fork_exec};
 
