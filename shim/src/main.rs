@@ -48,7 +48,7 @@ fn main() -> ExitCode {
             return fail(73, &why);
         }
         let Ok(shutdown) = boot::shutdown_signal() else {
-            return fail(70, "cannot install signal handlers");
+            return fail(70, "cannot watch SIGTERM and SIGINT (signalfd)");
         };
         stepshim::run(config, listener, shutdown).await;
         ExitCode::SUCCESS
