@@ -80,14 +80,12 @@ pub fn announce(path: &Path, addr: &str) -> io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// Resolves on the first SIGTERM or SIGINT, taken from a `signalfd` (see `sys/signals.rs`; the two
-/// are blocked again here for a caller that skipped [`process_settings`]).
+/// Resolves on the first SIGTERM or SIGINT, taken from a `signalfd` (see `sys/signals.rs`).
 pub fn shutdown_signal() -> io::Result<impl Future<Output = ()>> {
-    sys::block_signals(sys::Signals::Shutdown)?;
-    let fd = sys::async_fd(std::fs::File::from(sys::signal_fd(sys::Signals::Shutdown)?))?;
+    let fd = sys::watch_signals(sys::Signals::Shutdown)?;
     Ok(async move {
         loop {
-            let mut ready = match fd.readable().await {
+            let ready = match fd.readable().await {
                 Ok(ready) => ready,
                 Err(e) => {
                     // Never a reason to end every step: the pod's own SIGKILL still ends the shim.
@@ -95,14 +93,10 @@ pub fn shutdown_signal() -> io::Result<impl Future<Output = ()>> {
                     return std::future::pending().await;
                 }
             };
-            match sys::take_signals(fd.get_ref()) {
-                Ok(n) if n > 0 => return,
-                Ok(_) => ready.clear_ready(),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready.clear_ready(),
-                Err(e) => {
-                    warn!(cause = %e, "reading SIGTERM or SIGINT failed");
-                    ready.clear_ready();
-                }
+            match sys::take_signals(ready) {
+                Ok(0) => {}
+                Ok(_) => return,
+                Err(e) => warn!(cause = %e, "reading SIGTERM or SIGINT failed"),
             }
         }
     })

@@ -20,10 +20,7 @@ pub type Sigchld = AsyncFd<File>;
 /// started) and opens the fd it is read from. Call before the first spawn, so no child's exit goes
 /// unnoticed.
 pub fn install() -> Option<Sigchld> {
-    let fd = sys::block_signals(sys::Signals::Child)
-        .and_then(|()| sys::signal_fd(sys::Signals::Child))
-        .and_then(|fd| sys::async_fd(File::from(fd)));
-    match fd {
+    match sys::watch_signals(sys::Signals::Child) {
         Ok(fd) => Some(fd),
         Err(e) => {
             // Without it the timer below still reaps, only later.
@@ -41,17 +38,12 @@ pub async fn run(table: Arc<Table>, sigchld: Option<Sigchld>) {
         match &sigchld {
             Some(fd) => {
                 tokio::select! {
-                    ready = fd.readable() => if let Ok(mut ready) = ready {
-                        // SIGCHLD is pending at most once: one read empties the fd, so the
-                        // readiness is cleared without a second read to see it fail. A SIGCHLD
-                        // after the read raises a new edge, and every exit before it is reaped
+                    ready = fd.readable() => if let Ok(ready) = ready {
+                        // One read empties the fd; every exit before a later SIGCHLD is reaped
                         // by the `reap_all` that follows.
-                        if let Err(e) = sys::take_signals(fd.get_ref())
-                            && e.kind() != std::io::ErrorKind::WouldBlock
-                        {
+                        if let Err(e) = sys::take_signals(ready) {
                             warn!(cause = %e, "reading SIGCHLD failed");
                         }
-                        ready.clear_ready();
                     },
                     _ = tick => {}
                 }

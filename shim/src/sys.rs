@@ -237,7 +237,7 @@ mod own_score;
 mod signals;
 
 pub use buf::read_spare;
-pub use signals::{Signals, block_signals, signal_fd, take_signals};
+pub use signals::{Signals, block_signals, take_signals, watch_signals};
 
 pub use exec::{ChildStdio, Credentials, Exec, Forked, Stage, fork_exec};
 

@@ -12,8 +12,11 @@
 //! init of a PID namespace, which the shim is in a pod), so the fd sees it. Children do not inherit
 //! the blocked mask: the child of a spawn clears its mask before `execve`.
 
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 
 use super::cvt;
 
@@ -57,18 +60,32 @@ pub fn block_signals(signals: Signals) -> io::Result<()> {
     Ok(())
 }
 
-/// A non-blocking, close-on-exec `signalfd` that becomes readable when one of `signals` is pending.
-pub fn signal_fd(signals: Signals) -> io::Result<OwnedFd> {
+/// Blocks `signals` (again, for a caller that did not do it before its threads started) and opens a
+/// non-blocking, close-on-exec `signalfd` for them on the runtime's reactor: readable when one of
+/// them is pending.
+pub fn watch_signals(signals: Signals) -> io::Result<AsyncFd<File>> {
+    block_signals(signals)?;
     let set = signals.set();
     // SAFETY: -1 asks for a new fd; the set is valid; the returned fd is new and ours.
     let fd = cvt(unsafe { libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) })?;
     // SAFETY: just returned by signalfd, owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    super::async_fd(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
-/// Takes the pending signals off a [`signal_fd`] (a standard signal is pending at most once);
-/// returns how many were taken, or `WouldBlock` when none was pending.
-pub fn take_signals(fd: &impl AsRawFd) -> io::Result<usize> {
+/// Takes the pending signals once a [`watch_signals`] fd has reported readable, and clears that
+/// readiness: a standard signal is pending at most once, so one read empties the fd, and a signal
+/// after the read raises a new edge. Returns how many were taken, 0 when none was pending.
+pub fn take_signals(mut ready: AsyncFdReadyGuard<'_, File>) -> io::Result<usize> {
+    let taken = read_signals(ready.get_ref().get_ref());
+    ready.clear_ready();
+    match taken {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+        taken => taken,
+    }
+}
+
+/// One read of a signalfd, retried if interrupted.
+fn read_signals(fd: &impl AsRawFd) -> io::Result<usize> {
     const INFO: usize = std::mem::size_of::<libc::signalfd_siginfo>();
     // SAFETY: an all-zero signalfd_siginfo array is valid; the kernel writes whole records into it.
     let mut infos: [libc::signalfd_siginfo; 4] = unsafe { std::mem::zeroed() };
