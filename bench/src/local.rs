@@ -148,7 +148,9 @@ pub async fn run(args: &LocalArgs) -> Result<i32> {
 
     // Thousands of followers: lift the connection cap above them (the shim raises its own open-file
     // limit to the hard one and keeps STEPSHIM_FD_RESERVE of it out of the cap).
+    // Started from the main thread (a current_thread runtime): a bench that is killed takes it along.
     let shim = Launch::new(&bin)
+        .stop_with_starter()
         .env(protocol::settings::LOG, "error")
         .env(
             protocol::settings::MAX_CONNECTIONS,

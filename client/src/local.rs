@@ -113,6 +113,14 @@ impl Launch {
         self
     }
 
+    /// Stops the shim with this process: its pid goes in `STEPSHIM_PARENT_PID`, so if this process
+    /// is killed before it can stop the shim, the shim stops as on SIGTERM and ends its processes.
+    /// Linux signals the end of the thread that starts the shim: call [`Launch::start`] from one
+    /// that lives as long as the shim should (the main thread), and with no wrapper that forks.
+    pub fn stop_with_starter(self) -> Launch {
+        self.env(settings::PARENT_PID, std::process::id().to_string())
+    }
+
     /// Runs the shim as the last argument of `wrapper` (e.g. `unshare --pid --fork`).
     pub fn wrapper<S: Into<OsString>>(mut self, wrapper: impl IntoIterator<Item = S>) -> Launch {
         self.wrapper = wrapper.into_iter().map(Into::into).collect();
@@ -179,6 +187,8 @@ impl Launch {
             dir,
         };
         shim.addr = wait_ready(&mut shim.child, &ready, self.ready_timeout)?;
+        // Read: nothing is left behind for a starter that is killed later.
+        let _ = std::fs::remove_dir_all(&shim.dir);
         shim.client = ShimClient::new(&shim.url(), Some(shim.token.clone()))?;
         Ok(shim)
     }

@@ -65,6 +65,9 @@ settings! {
     /// A path the shim writes its listen address to (`host:port` and a newline, by an atomic
     /// rename) once it serves: the readiness contract of a shim started by a program.
     READY_FILE = "STEPSHIM_READY_FILE", "--ready-file", "";
+    /// The pid of the process that started the shim: when it ends, the shim stops as on SIGTERM
+    /// (its processes are ended too), so a starter that is killed leaves nothing running.
+    PARENT_PID = "STEPSHIM_PARENT_PID", "--parent-pid", "";
     /// Bytes of one upload, and the largest apparent size of one file in it.
     FILES_MAX_BYTES = "STEPSHIM_FILES_MAX_BYTES", "--files-max-bytes", "8589934592";
     /// Bytes of one extension header (long name or link, pax header, sparse map) of an upload.

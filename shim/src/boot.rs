@@ -1,6 +1,7 @@
 //! Starting the shim as a process: process-wide settings (subreaper, non-dumpable, open-file limit
-//! and the connection cap it allows), the listener, the ready file, the shutdown signals, and the
-//! `install` verb an init container runs. `main.rs` only sequences these.
+//! and the connection cap it allows), the listener, the ready file, the shutdown signals (the
+//! starter's end among them), and the `install` verb an init container runs. `main.rs` only
+//! sequences these.
 
 use std::io;
 use std::net::SocketAddr;
@@ -78,6 +79,19 @@ pub fn announce(path: &Path, addr: &str) -> io::Result<()> {
     tmp.push(".tmp");
     std::fs::write(&tmp, format!("{addr}\n"))?;
     std::fs::rename(&tmp, path)
+}
+
+/// `STEPSHIM_PARENT_PID`: a SIGTERM when the starter ends, taken like any other (see
+/// [`shutdown_signal`]; SIGTERM is already blocked, so one that comes before the runtime waits).
+/// An error, one line, when the starter is already gone or the kernel refuses.
+pub fn stop_with_parent(parent: i32) -> Result<(), String> {
+    match sys::stop_with_parent(parent) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(format!(
+            "the starting process {parent} is gone (STEPSHIM_PARENT_PID)"
+        )),
+        Err(e) => Err(format!("cannot ask to stop with the starting process: {e}")),
+    }
 }
 
 /// Resolves on the first SIGTERM or SIGINT, taken from a `signalfd` (see `sys/signals.rs`).

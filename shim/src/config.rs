@@ -29,6 +29,8 @@ pub struct Config {
     pub log_flush: Duration,
     /// Where to write the listen address once serving (`STEPSHIM_READY_FILE`).
     pub ready_file: Option<PathBuf>,
+    /// The starter whose end stops the shim (`STEPSHIM_PARENT_PID`).
+    pub parent_pid: Option<i32>,
     /// Processes remembered at once (running or exited and not deleted); spawns beyond answer 503.
     pub max_processes: usize,
     /// Bytes of a spawn spec's path, args, env, dir and user together; larger specs answer 413.
@@ -249,6 +251,10 @@ impl Config {
             log_level,
             log_flush: Duration::from_millis(ranged(S::LOG_FLUSH_MS, 0, 10_000)? as u64),
             ready_file: get(S::READY_FILE).map(PathBuf::from),
+            parent_pid: match get(S::PARENT_PID) {
+                Some(_) => Some(ranged(S::PARENT_PID, 1, i64::from(i32::MAX))? as i32),
+                None => None,
+            },
             files: FilesSettings {
                 max_bytes: ranged(S::FILES_MAX_BYTES, 1, i64::MAX)? as u64,
                 max_header_bytes: ranged(S::FILES_MAX_HEADER_BYTES, 1, i64::MAX)? as u64,

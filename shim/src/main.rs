@@ -23,6 +23,11 @@ fn main() -> ExitCode {
     };
     stepshim::logging::install(config.log_level);
     boot::process_settings(&mut config);
+    if let Some(parent) = config.parent_pid
+        && let Err(why) = boot::stop_with_parent(parent)
+    {
+        return fail(69, &why);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -167,6 +167,23 @@ pub fn set_child_subreaper() -> io::Result<()> {
     Ok(())
 }
 
+/// Asks for SIGTERM when the thread that started this process ends, and says whether `parent` is
+/// still this process's parent (if it ended before the request, no signal will come).
+pub fn stop_with_parent(parent: i32) -> io::Result<bool> {
+    // SAFETY: prctl with integer arguments only.
+    cvt(unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGTERM as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    })?;
+    // SAFETY: getppid has no arguments and cannot fail.
+    Ok(unsafe { libc::getppid() } == parent)
+}
+
 /// Marks this process non-dumpable: no core dumps, and a process of the same uid (a step) can
 /// neither `ptrace` it nor read its memory through `/proc/<pid>/mem`. `execve` in a child resets
 /// the flag for the new program, so the step's own processes stay debuggable.

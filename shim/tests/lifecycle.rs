@@ -1,10 +1,13 @@
 //! The shim as PID 1: orphans reaped with no zombie left (in a fresh PID namespace, where the shim
-//! really is PID 1), SIGCHLD blocked in every thread and taken from its fd, SIGTERM shutdown with grace then KILL, and configuration errors exit 64.
+//! really is PID 1), SIGCHLD blocked in every thread and taken from its fd, SIGTERM shutdown with
+//! grace then KILL, a killed starter stopping the shim (`STEPSHIM_PARENT_PID`), and configuration
+//! errors exit 64.
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
 mod common;
 
-use std::process::Command;
+use std::io::BufRead;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Shim, follow, run, sh};
@@ -195,6 +198,10 @@ fn bad_configuration_exits_64_with_one_line() {
             ("STEPSHIM_INSECURE_NO_AUTH", "1"),
             ("STEPSHIM_GRACE_SECONDS", "forever"),
         ],
+        vec![
+            ("STEPSHIM_INSECURE_NO_AUTH", "1"),
+            ("STEPSHIM_PARENT_PID", "0"),
+        ],
     ] {
         let mut cmd = Command::new(bin);
         cmd.env_clear();
@@ -207,4 +214,86 @@ fn bad_configuration_exits_64_with_one_line() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.starts_with("stepshim: "), "{err}");
     }
+}
+
+/// Whether `pid` runs (a zombie has ended).
+fn alive(pid: impl std::fmt::Display) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit(") ").next().is_some_and(|st| !st.starts_with('Z')))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_starter_stops_the_shim_and_its_processes() {
+    let dir = std::env::temp_dir().join(format!("stepshim-starter-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    let ready = dir.join("ready");
+    // The starter: a shell that starts the shim with its own pid, prints the shim's, then waits.
+    let mut starter = Command::new("sh")
+        .arg("-c")
+        .arg(r#"STEPSHIM_PARENT_PID=$$ "$0" & echo $!; exec sleep 60"#)
+        .arg(env!("CARGO_BIN_EXE_stepshim"))
+        .env("STEPSHIM_INSECURE_NO_AUTH", "1")
+        .env("STEPSHIM_LISTEN", "127.0.0.1:0")
+        .env("STEPSHIM_READY_FILE", &ready)
+        .env("STEPSHIM_LOG", "error")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(starter.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let shim: u32 = line.trim().parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let addr = loop {
+        if let Ok(a) = std::fs::read_to_string(&ready) {
+            break a.trim().to_owned();
+        }
+        assert!(Instant::now() < deadline, "the shim wrote no ready file");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let c = client::ShimClient::new(&format!("http://{addr}"), None).unwrap();
+    let (p, _) = c.spawn("long", &sh("exec sleep 300")).await.unwrap();
+    assert!(alive(shim) && alive(p.pid), "shim and process run");
+
+    starter.kill().unwrap(); // SIGKILL: the starter cannot stop the shim itself
+    starter.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (alive(shim) || alive(p.pid)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!alive(shim), "the shim outlived its starter");
+    assert!(!alive(p.pid), "the shim's process outlived its starter");
+}
+
+#[test]
+fn a_starter_already_gone_exits_69_with_one_line() {
+    // Pid 1 is never the parent of a process a test starts.
+    let mut shim = Command::new(env!("CARGO_BIN_EXE_stepshim"))
+        .env_clear()
+        .env("STEPSHIM_INSECURE_NO_AUTH", "1")
+        .env("STEPSHIM_LISTEN", "127.0.0.1:0")
+        .env("STEPSHIM_PARENT_PID", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = shim.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            shim.kill().unwrap();
+            shim.wait().unwrap();
+            panic!("the shim serves although its starter is gone");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.code(), Some(69));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut shim.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("STEPSHIM_PARENT_PID"), "{err}");
 }

@@ -20,7 +20,9 @@ pub fn find_binary(explicit: Option<PathBuf>) -> Result<PathBuf> {
 
 /// Starts the shim binary at `bin` and forwards its warnings.
 pub fn start(bin: &std::path::Path) -> Result<LocalShim> {
+    // Started from the main thread (the runtime is single-threaded), which lives as long as stepctl.
     let mut shim = Launch::new(bin)
+        .stop_with_starter()
         .env(protocol::settings::LOG, "warn")
         .stderr(Stdio::piped())
         .start()?;
