@@ -55,7 +55,10 @@ fn start_to_ready(bin: &std::path::Path, n: usize) -> Result<(Samples, u64)> {
             .env("STEPSHIM_INSECURE_NO_AUTH", "1")
             .env("STEPSHIM_LOG", "error")
             // Unauthenticated: it must not outlive a bench killed in this loop.
-            .env(protocol::settings::PARENT_PID, std::process::id().to_string())
+            .env(
+                protocol::settings::PARENT_PID,
+                std::process::id().to_string(),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
