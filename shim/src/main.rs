@@ -1,6 +1,7 @@
 //! The `stepshim` binary: reads configuration (exit 64 with one line if it is bad), sets up logging and
-//! process-wide settings, binds the listener and runs the shim until SIGTERM or SIGINT. Every step
-//! lives in the library (`boot`, `run`); this file only sequences them and picks exit statuses.
+//! process-wide settings, binds the listener and runs the shim until SIGTERM, SIGINT or SIGHUP.
+//! Every step lives in the library (`boot`, `run`); this file only sequences them and picks exit
+//! statuses.
 
 use std::process::ExitCode;
 
@@ -53,7 +54,7 @@ fn main() -> ExitCode {
             return fail(73, &why);
         }
         let Ok(shutdown) = boot::shutdown_signal() else {
-            return fail(70, "cannot watch SIGTERM and SIGINT (signalfd)");
+            return fail(70, "cannot watch SIGTERM, SIGINT and SIGHUP (signalfd)");
         };
         stepshim::run(config, listener, shutdown).await;
         ExitCode::SUCCESS
