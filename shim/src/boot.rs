@@ -19,14 +19,14 @@ const BACKLOG: u32 = 8192;
 /// Process-wide settings, before the runtime starts. Each failure is logged and survived: the shim
 /// still serves, with the protection named in the warning missing.
 pub fn process_settings(config: &mut Config) {
-    // Before any thread starts, so every thread inherits the mask: SIGCHLD, SIGTERM, SIGINT and
-    // SIGHUP are read from fds (`reaper::install`, `shutdown_signal`), and a thread with one
-    // unblocked would take it and drop it (or, for SIGTERM outside a PID namespace, die of it).
+    // Before any thread starts, so every thread inherits the mask: SIGCHLD and the shutdown signals
+    // are read from fds (`reaper::install`, `shutdown_signal`), and a thread with one unblocked
+    // would take it and drop it (or, for SIGTERM outside a PID namespace, die of it).
     if let Err(e) = sys::block_signals(sys::Signals::Child) {
         warn!(cause = %e, "cannot block SIGCHLD; exits may be noticed only by the reaper's timer");
     }
     if let Err(e) = sys::block_signals(sys::Signals::Shutdown) {
-        warn!(cause = %e, "cannot block SIGTERM, SIGINT and SIGHUP; a thread may take them unseen");
+        warn!(cause = %e, "cannot block the shutdown signals; a thread may take them unseen");
     }
     if let Err(e) = sys::set_child_subreaper() {
         warn!(cause = %e, "cannot become a child subreaper; orphans outside PID 1 go elsewhere");
@@ -94,7 +94,8 @@ pub fn stop_with_parent(parent: i32) -> Result<(), String> {
     }
 }
 
-/// Resolves on the first SIGTERM, SIGINT or SIGHUP, taken from a `signalfd` (see `sys/signals.rs`).
+/// Resolves on the first shutdown signal (SIGTERM, SIGINT, SIGHUP or SIGQUIT), taken from a
+/// `signalfd` (see `sys/signals.rs`).
 pub fn shutdown_signal() -> io::Result<impl Future<Output = ()>> {
     let fd = sys::watch_signals(sys::Signals::Shutdown)?;
     Ok(async move {
@@ -103,14 +104,14 @@ pub fn shutdown_signal() -> io::Result<impl Future<Output = ()>> {
                 Ok(ready) => ready,
                 Err(e) => {
                     // Never a reason to end every step: the pod's own SIGKILL still ends the shim.
-                    error!(cause = %e, "cannot watch SIGTERM, SIGINT and SIGHUP any more");
+                    error!(cause = %e, "cannot watch the shutdown signals any more");
                     return std::future::pending().await;
                 }
             };
             match sys::take_signals(ready) {
                 Ok(0) => {}
                 Ok(_) => return,
-                Err(e) => warn!(cause = %e, "reading SIGTERM, SIGINT or SIGHUP failed"),
+                Err(e) => warn!(cause = %e, "reading a shutdown signal failed"),
             }
         }
     })

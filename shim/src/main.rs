@@ -1,5 +1,5 @@
 //! The `stepshim` binary: reads configuration (exit 64 with one line if it is bad), sets up logging and
-//! process-wide settings, binds the listener and runs the shim until SIGTERM, SIGINT or SIGHUP.
+//! process-wide settings, binds the listener and runs the shim until a shutdown signal.
 //! Every step lives in the library (`boot`, `run`); this file only sequences them and picks exit
 //! statuses.
 
@@ -54,7 +54,7 @@ fn main() -> ExitCode {
             return fail(73, &why);
         }
         let Ok(shutdown) = boot::shutdown_signal() else {
-            return fail(70, "cannot watch SIGTERM, SIGINT and SIGHUP (signalfd)");
+            return fail(70, "cannot watch the shutdown signals (signalfd)");
         };
         stepshim::run(config, listener, shutdown).await;
         ExitCode::SUCCESS

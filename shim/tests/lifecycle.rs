@@ -1,7 +1,7 @@
 //! The shim as PID 1: orphans reaped with no zombie left (in a fresh PID namespace, where the shim
 //! really is PID 1), SIGCHLD blocked in every thread and taken from its fd, SIGTERM shutdown with
-//! grace then KILL (SIGHUP alike), a killed starter stopping the shim (`STEPSHIM_PARENT_PID`), and
-//! configuration errors exit 64.
+//! grace then KILL (SIGHUP and SIGQUIT alike), a killed starter stopping the shim
+//! (`STEPSHIM_PARENT_PID`), and configuration errors exit 64.
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
 mod common;
@@ -105,10 +105,16 @@ async fn signals_are_blocked_in_every_thread_and_exits_are_seen_at_once() {
     spec.dir = Some(std::env::temp_dir().to_string_lossy().into_owned());
     let (p, _) = shim.client.spawn_wait("dir", &spec, 10).await.unwrap();
     assert_eq!(p.exit, Some(Exit::code(3)));
-    // SIGCHLD for the reaper, SIGTERM, SIGINT and SIGHUP for shutdown: all taken from signalfds.
-    let sigchld = [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP]
-        .iter()
-        .fold(0u64, |m, s| m | 1u64 << (s - 1));
+    // SIGCHLD for the reaper, SIGTERM, SIGINT, SIGHUP and SIGQUIT for shutdown: all from signalfds.
+    let sigchld = [
+        libc::SIGCHLD,
+        libc::SIGTERM,
+        libc::SIGINT,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+    ]
+    .iter()
+    .fold(0u64, |m, s| m | 1u64 << (s - 1));
     let threads = thread_signal_masks(shim.pid());
     assert!(
         threads.len() >= 2,
@@ -117,11 +123,11 @@ async fn signals_are_blocked_in_every_thread_and_exits_are_seen_at_once() {
     for (name, blocked, caught) in &threads {
         assert!(
             blocked & sigchld == sigchld,
-            "{name}: SIGCHLD, SIGTERM, SIGINT or SIGHUP not blocked ({blocked:x})"
+            "{name}: SIGCHLD or a shutdown signal not blocked ({blocked:x})"
         );
         assert!(
             caught & sigchld == 0,
-            "{name}: SIGCHLD, SIGTERM, SIGINT or SIGHUP caught by a handler ({caught:x})"
+            "{name}: SIGCHLD or a shutdown signal caught by a handler ({caught:x})"
         );
     }
     // Each exit wakes the reaper through the signalfd: without it only the reaper's 1 s timer
@@ -185,34 +191,37 @@ async fn sigterm_terms_groups_then_kills_stragglers_and_exits_zero() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sighup_stops_the_shim_and_its_processes_like_sigterm() {
-    // A terminal that hangs up sends SIGHUP to its foreground group: a shim started from it must
-    // end its processes (each in a session of its own, so the terminal's signal misses them).
-    let mut shim = Shim::start();
-    let (p, _) = shim
-        .client
-        .spawn("long", &sh("exec sleep 300"))
-        .await
-        .unwrap();
-    let hup = Command::new("kill")
-        .args(["-HUP", &shim.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(hup.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = shim.local.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the shim did not stop on SIGHUP:\n{}",
-            shim.log.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert!(status.success(), "shim exit status {status:?}");
-    assert!(!alive(p.pid), "the shim's process outlived it");
+async fn sighup_and_sigquit_stop_the_shim_and_its_processes_like_sigterm() {
+    // A terminal sends SIGHUP to its foreground group when it hangs up, SIGQUIT on Ctrl-\: a shim
+    // started from it must end its processes (each in a session of its own, so the terminal's
+    // signal misses them).
+    for sig in ["HUP", "QUIT"] {
+        let mut shim = Shim::start();
+        let (p, _) = shim
+            .client
+            .spawn("long", &sh("exec sleep 300"))
+            .await
+            .unwrap();
+        let sent = Command::new("kill")
+            .args([&format!("-{sig}"), &shim.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(s) = shim.local.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the shim did not stop on SIG{sig}:\n{}",
+                shim.log.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(status.success(), "SIG{sig}: shim exit status {status:?}");
+        assert!(!alive(p.pid), "SIG{sig}: the shim's process outlived it");
+    }
 }
 
 #[test]

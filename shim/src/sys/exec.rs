@@ -225,7 +225,7 @@ unsafe fn set_up_and_exec(a: &mut ChildArgs<'_>, ok: impl Fn(libc::c_long) -> bo
 }
 
 /// The signals a child must reset before unblocking: every one this process catches (std's SIGSEGV
-/// and SIGBUS; SIGCHLD, SIGTERM, SIGINT and SIGHUP are read from `signalfd`s, not caught) or
+/// and SIGBUS; SIGCHLD and the shutdown signals are read from `signalfd`s, not caught) or
 /// ignores (SIGPIPE, and whatever the shim inherited ignored). Read once, at the first spawn: the
 /// shim installs every handler at start-up, before it serves a request, and a handler installed
 /// later must be added here. Three system calls per spawn (SIGSEGV, SIGBUS, SIGPIPE) instead of

@@ -1,5 +1,6 @@
-//! The shim's signals as readable fds: SIGCHLD (the reaper's) and SIGTERM, SIGINT and SIGHUP
-//! (shutdown) stay blocked in every thread and are taken from `signalfd`s, polled like any socket.
+//! The shim's signals as readable fds: SIGCHLD (the reaper's) and SIGTERM, SIGINT, SIGHUP and
+//! SIGQUIT (shutdown) stay blocked in every thread and are taken from `signalfd`s, polled like any
+//! socket.
 //! No handler is installed for them:
 //! - a handler costs each child's exit an interrupted `epoll_wait`, a signal frame, a write to the
 //!   runtime's wake-up socket, a `rt_sigreturn` and two reads of that socket; the fd costs one read;
@@ -25,10 +26,10 @@ use super::cvt;
 pub enum Signals {
     /// SIGCHLD: a child ended (the reaper).
     Child,
-    /// SIGTERM, SIGINT and SIGHUP: stop serving and end every process. SIGHUP is there for a
-    /// shim started from a terminal (`stepctl --local`): when the terminal hangs up, its default
-    /// action would end the shim at once and leave the processes, each in a session of its own,
-    /// running.
+    /// SIGTERM, SIGINT, SIGHUP and SIGQUIT: stop serving and end every process. The last two are
+    /// there for a shim started from a terminal (`stepctl --local`): when the terminal hangs up,
+    /// or on `Ctrl-\`, their default action would end the shim at once and leave the processes,
+    /// each in a session of its own, running (the shim is not dumpable: SIGQUIT dumps no core).
     Shutdown,
 }
 
@@ -36,7 +37,7 @@ impl Signals {
     fn set(self) -> libc::sigset_t {
         let signals: &[libc::c_int] = match self {
             Signals::Child => &[libc::SIGCHLD],
-            Signals::Shutdown => &[libc::SIGTERM, libc::SIGINT, libc::SIGHUP],
+            Signals::Shutdown => &[libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT],
         };
         // SAFETY: an all-zero sigset_t is a valid value, and the calls only write into it.
         unsafe {
