@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use test_support::alive;
+
 /// The pid of the running process whose command line is exactly `argv`.
 fn find(argv: &[&str]) -> Option<u32> {
     let want: Vec<u8> = argv
@@ -18,12 +20,6 @@ fn find(argv: &[&str]) -> Option<u32> {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
         (std::fs::read(e.path().join("cmdline")).ok()? == want && alive(pid)).then_some(pid)
     })
-}
-
-/// Whether `pid` runs (a zombie has ended).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit(") ").next().is_some_and(|st| !st.starts_with('Z')))
 }
 
 /// The parent pid of `pid`.

@@ -10,7 +10,7 @@ use std::io::BufRead;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Shim, follow, run, sh};
+use common::{Shim, alive, follow, run, sh};
 use protocol::Exit;
 
 fn can_unshare() -> bool {
@@ -254,12 +254,6 @@ fn bad_configuration_exits_64_with_one_line() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.starts_with("stepshim: "), "{err}");
     }
-}
-
-/// Whether `pid` runs (a zombie has ended).
-fn alive(pid: impl std::fmt::Display) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit(") ").next().is_some_and(|st| !st.starts_with('Z')))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -194,9 +194,7 @@ async fn signals_reach_the_whole_process_group() {
     let p = shim.client.wait("group", 10).await.unwrap();
     assert_eq!(p.exit.unwrap().signal, Some(15));
     common::eventually(Duration::from_secs(5), "grandchild to die", || {
-        !std::path::Path::new(&format!("/proc/{child}")).exists()
-            || std::fs::read_to_string(format!("/proc/{child}/stat"))
-                .is_ok_and(|s| s.contains(") Z"))
+        !common::alive(child)
     })
     .await;
     let err = shim.client.signal("group", "TERM").await.unwrap_err();

@@ -8,16 +8,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Shim, eventually, run, sh};
+use common::{Shim, alive, eventually, run, sh};
 use protocol::{Exit, State};
-
-/// Whether `pid` is a live (not zombie) process, seen from the test's PID namespace.
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rfind(')')
-            .is_some_and(|i| !matches!(s[i + 2..].chars().next(), Some('Z' | 'X')))
-    })
-}
 
 fn pids(stdout: &[u8]) -> Vec<i32> {
     String::from_utf8_lossy(stdout)

@@ -1,20 +1,20 @@
 //! What stepshim's tests and benchmarks share, written once: the real `stepshim` binary started as a
 //! child with its log kept, a loopback proxy that cuts connections mid-stream, raw HTTP requests, and
-//! small helpers to run processes to completion. A dev-dependency of the shim and a dependency of the
-//! benchmark, never of a binary that ships.
+//! small helpers to run processes to completion. A dev-dependency of the shim and the controller and
+//! a dependency of the benchmark, never of a binary that ships.
 //!
 //! # Layout
 //! - [`shim`]: [`Shim`], a shim child on loopback with a client and its captured log.
 //! - [`proxy`]: [`cutting_proxy`], the resume-after-disconnect fault.
 //! - [`raw`]: one raw HTTP/1.1 request, for what a typed client cannot send; error codes and metrics.
-//! - [`process`]: spawn-and-follow helpers and polling with a deadline.
+//! - [`process`]: spawn-and-follow helpers, polling with a deadline, and whether a pid runs.
 
 pub mod process;
 pub mod proxy;
 pub mod raw;
 pub mod shim;
 
-pub use process::{Ran, eventually, follow, run, sh};
+pub use process::{Ran, alive, eventually, follow, run, sh};
 pub use proxy::cutting_proxy;
 pub use raw::{error_code, metric, raw};
 pub use shim::Shim;

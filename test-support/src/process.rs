@@ -1,4 +1,5 @@
-//! Running a process to completion through a shim, and waiting for a condition with a deadline.
+//! Running a process to completion through a shim, waiting for a condition with a deadline, and
+//! whether a pid still runs.
 
 use std::time::{Duration, Instant};
 
@@ -59,4 +60,13 @@ pub async fn eventually<F: FnMut() -> bool>(limit: Duration, what: &str, mut con
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Whether `pid` is a live process, seen from the caller's PID namespace: it has a `/proc` entry
+/// and is neither a zombie nor dead.
+pub fn alive(pid: impl std::fmt::Display) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rfind(')')
+            .is_some_and(|i| !matches!(s[i + 2..].chars().next(), Some('Z' | 'X')))
+    })
 }
