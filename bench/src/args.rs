@@ -26,6 +26,9 @@ pub enum Command {
     /// One driver of `scale` for the Rust side (the benchmark starts it as its child).
     #[command(hide = true)]
     ScaleWorker(ScaleWorkerArgs),
+    /// The bare HTTP responder `local` measures the shim's HTTP floor against (it starts it).
+    #[command(hide = true)]
+    FloorServer,
 }
 
 /// `local`
@@ -51,7 +54,7 @@ pub struct LocalArgs {
     /// Throughput runs; the row is their median, with the range beside it.
     #[arg(long, default_value_t = 5)]
     pub stream_runs: usize,
-    /// Parts to run (default all): ready, spawn, streams, stream, many.
+    /// Parts to run (default all): ready, spawn, floor, streams, stream, many.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Directory for local.json and local.md.

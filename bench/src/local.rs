@@ -14,6 +14,7 @@ use serde_json::json;
 
 use client::local::{Launch, find_binary};
 
+pub mod floor;
 mod spawn;
 
 use crate::args::LocalArgs;
@@ -167,6 +168,9 @@ pub async fn run(args: &LocalArgs) -> Result<i32> {
     let c = shim.client.clone();
     if part("spawn") {
         spawn::spawn_latency(&c, pid, &shim.addr, &shim.token, args.iterations, &mut r).await?;
+    }
+    if part("floor") {
+        floor::http_floor(&shim.addr, &shim.token, args.iterations, &mut r)?;
     }
     if part("streams") {
         idle_streams(&c, pid, args.idle_streams, &mut r).await?;

@@ -12,7 +12,7 @@ fn main() -> std::process::ExitCode {
     // benchmark drives hundreds of streams on both paths and gets every core.
     let runtime = match &cli.command {
         // The Rust scale driver runs as stepctl does, on one thread, so its RSS is stepctl's.
-        Command::Local(_) | Command::ScaleWorker(_) => {
+        Command::Local(_) | Command::ScaleWorker(_) | Command::FloorServer => {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -32,6 +32,7 @@ fn main() -> std::process::ExitCode {
             Command::Cluster(a) => bench::cluster::run(&a).await,
             Command::Scale(a) => bench::scale::run(&a).await,
             Command::ScaleWorker(a) => bench::scale::worker::run(&a).await,
+            Command::FloorServer => bench::local::floor::serve().await,
         }
     });
     match result {

@@ -17,14 +17,14 @@ use super::Report;
 use crate::stats::{Samples, us};
 
 /// A kept-alive HTTP/1.1 connection written and read by hand.
-struct RawConn {
+pub(super) struct RawConn {
     sock: TcpStream,
     auth: String,
     buf: Vec<u8>,
 }
 
 impl RawConn {
-    fn connect(addr: &str, token: &str) -> Result<Self> {
+    pub(super) fn connect(addr: &str, token: &str) -> Result<Self> {
         let sock = TcpStream::connect(addr)?;
         sock.set_nodelay(true)?;
         Ok(RawConn {
@@ -35,7 +35,7 @@ impl RawConn {
     }
 
     /// Sends one request in one write and returns the status and body of the answer.
-    fn call(&mut self, method: &str, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>)> {
+    pub(super) fn call(&mut self, method: &str, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>)> {
         let mut req = format!(
             "{method} {path} HTTP/1.1\r\nHost: shim\r\n{}Content-Length: {}\r\n\r\n",
             self.auth,
