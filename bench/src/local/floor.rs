@@ -82,8 +82,10 @@ pub(super) fn http_floor(addr: &str, token: &str, n: usize, r: &mut Report) -> R
     BufReader::new(stdout).read_line(&mut line)?;
     let floor_addr = line.trim().to_owned();
     let result = measure(addr, token, &floor_addr, n, r);
-    // Its standard input closes here: it exits.
+    // Its standard input closing ends it (that is for a bench that is killed); killed here anyway,
+    // so a responder that failed to notice cannot hold the bench.
     drop(child.stdin.take());
+    let _ = child.kill();
     let _ = child.wait();
     result
 }
