@@ -13,7 +13,7 @@
 //! - [`spawn`]: a spawn request turned into a child (path, env, user, dir, pipes or pty).
 //! - [`proc`]: one process: spec, log, stdin, tty, exit.
 //! - [`pump`]: copies a process's output into its log, drains, writes the exit frame.
-//! - [`log`]: the output log, memory then spill file, with boundary checks.
+//! - [`output_log`]: a process's output log, memory then spill file, with boundary checks.
 //! - [`stdin`]: offset-idempotent stdin writes.
 //! - [`files`]: tar extraction (hostile input) and archiving.
 //! - [`grants`], [`pull`]: artifacts between shims: read grants on a source, pulls on a destination.
@@ -31,7 +31,7 @@ pub mod error;
 pub mod files;
 pub mod grants;
 pub mod http;
-pub mod log;
+pub mod output_log;
 pub mod logging;
 pub mod metrics;
 pub mod oom;
@@ -86,7 +86,7 @@ pub async fn run(
 ) {
     let sigchld = reaper::install();
     let flusher = tokio::spawn(logging::flusher(config.log_flush));
-    let budget = Arc::new(log::Budget::new(config.memory_bytes));
+    let budget = Arc::new(output_log::Budget::new(config.memory_bytes));
     let settings = table::Settings {
         data_dir: config.data_dir.clone(),
         drain: config.drain,

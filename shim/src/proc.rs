@@ -14,7 +14,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::clock::rfc3339;
 use crate::error::Error;
-use crate::log::OutputLog;
+use crate::output_log::OutputLog;
 use crate::stdin::Stdin;
 
 /// What a process reports to its table.

@@ -15,7 +15,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep_until};
 
-use crate::log::{IO_CHUNK, OutputLog};
+use crate::output_log::{IO_CHUNK, OutputLog};
 use crate::proc::Proc;
 
 thread_local! {

@@ -16,7 +16,7 @@ use protocol::SpawnRequest;
 use tokio::sync::watch;
 
 use crate::error::Error;
-use crate::log::{Budget, OutputLog};
+use crate::output_log::{Budget, OutputLog};
 use crate::oom::OomCounter;
 use crate::proc::Proc;
 use crate::{pump, spawn};

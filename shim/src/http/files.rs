@@ -24,7 +24,7 @@ use super::body::{Body, ChannelBody, Query, empty};
 use crate::config::FilesSettings;
 use crate::error::Error;
 use crate::files::{self, FilesError, Limits, Options, Resolve};
-use crate::log::{IO_CHUNK, pool};
+use crate::output_log::{IO_CHUNK, pool};
 
 /// The file transfer caps and the slots of the transfers running.
 #[derive(Debug)]

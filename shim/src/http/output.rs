@@ -19,7 +19,7 @@ use crate::error::Error;
 use crate::proc::Proc;
 
 /// Largest chunk copied out of the log at once.
-const CHUNK: usize = crate::log::pool::STREAM_READ;
+const CHUNK: usize = crate::output_log::pool::STREAM_READ;
 /// Idle time after which a keepalive frame is sent on a follow.
 pub const KEEPALIVE: Duration = Duration::from_secs(10);
 
