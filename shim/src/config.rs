@@ -16,51 +16,51 @@ pub struct Config {
     /// SHA-256 of the bearer token; `None` only with `insecure_no_auth`.
     pub token_sha256: Option<[u8; 32]>,
     /// Where output logs spill.
-    pub data_dir: PathBuf,
+    pub(crate) data_dir: PathBuf,
     /// Shutdown grace before SIGKILL.
-    pub grace: Duration,
+    pub(crate) grace: Duration,
     /// Drain window after a process is reaped.
-    pub drain: Duration,
+    pub(crate) drain: Duration,
     /// Output bytes kept in memory across all processes.
-    pub memory_bytes: u64,
+    pub(crate) memory_bytes: u64,
     /// Log level filter.
     pub log_level: crate::logging::Level,
     /// How long info and finer log lines may wait to be written together (`STEPSHIM_LOG_FLUSH_MS`).
-    pub log_flush: Duration,
+    pub(crate) log_flush: Duration,
     /// Where to write the listen address once serving (`STEPSHIM_READY_FILE`).
     pub ready_file: Option<PathBuf>,
     /// The starter whose end stops the shim (`STEPSHIM_PARENT_PID`).
     pub parent_pid: Option<i32>,
     /// Processes remembered at once (running or exited and not deleted); spawns beyond answer 503.
-    pub max_processes: usize,
+    pub(crate) max_processes: usize,
     /// Bytes of a spawn spec's path, args, env, dir and user together; larger specs answer 413.
-    pub max_spec_bytes: usize,
+    pub(crate) max_spec_bytes: usize,
     /// Open connections at once; beyond it the oldest connection without a valid token is closed,
     /// or, if every connection has presented one, the new connection is.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Descriptors of the open-file limit kept out of `max_connections` (see `boot`).
-    pub fd_reserve: u64,
+    pub(crate) fd_reserve: u64,
     /// Bytes of a request's line and headers together.
-    pub max_header_bytes: usize,
+    pub(crate) max_header_bytes: usize,
     /// How long a connection may stay open without presenting a valid token.
-    pub auth_timeout: Duration,
+    pub(crate) auth_timeout: Duration,
     /// `oom_score_adj` given to every process spawned (-1000 to 1000).
-    pub oom_score_adj: i32,
+    pub(crate) oom_score_adj: i32,
     /// Caps of `PUT`/`GET /v1/files`.
-    pub files: FilesSettings,
+    pub(crate) files: FilesSettings,
     /// Caps of grants and pulls.
-    pub artifacts: ArtifactsSettings,
+    pub(crate) artifacts: ArtifactsSettings,
 }
 
 /// Caps of grants and pulls (PROTOCOL.md 4.9, 4.10 and 7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ArtifactsSettings {
+pub(crate) struct ArtifactsSettings {
     /// Grants registered at once (`STEPSHIM_MAX_GRANTS`).
-    pub max_grants: usize,
+    pub(crate) max_grants: usize,
     /// Pulls running at once (`STEPSHIM_MAX_PULLS`).
-    pub max_pulls: usize,
+    pub(crate) max_pulls: usize,
     /// Attempts in a row without progress before a pull fails (`STEPSHIM_PULL_RETRIES`).
-    pub pull_retries: u32,
+    pub(crate) pull_retries: u32,
 }
 
 impl Default for ArtifactsSettings {
@@ -75,17 +75,17 @@ impl Default for ArtifactsSettings {
 
 /// Caps of file transfers (PROTOCOL.md 4.8 and 7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FilesSettings {
+pub(crate) struct FilesSettings {
     /// Bytes of one upload's tar stream, and the largest apparent size of one file in it.
-    pub max_bytes: u64,
+    pub(crate) max_bytes: u64,
     /// Bytes of one extension header (GNU long name or link, pax header) of an upload.
-    pub max_header_bytes: u64,
+    pub(crate) max_header_bytes: u64,
     /// Files at least this large are written with direct I/O (0: never).
-    pub direct_min: u64,
+    pub(crate) direct_min: u64,
     /// File transfers (either direction) running at once; more are answered 503.
-    pub max_concurrent: usize,
+    pub(crate) max_concurrent: usize,
     /// How long a transfer may go without its body moving before it is abandoned.
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
 }
 
 impl Default for FilesSettings {

@@ -11,18 +11,18 @@ use crate::table::Table;
 
 /// Request and stream counters; process and byte figures come from the table at render time.
 #[derive(Debug, Default)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
     streams: AtomicI64,
     /// Woken when the last open stream closes.
     streams_closed: tokio::sync::Notify,
     /// Output requests that started past offset 0.
-    pub resumes: AtomicU64,
+    pub(crate) resumes: AtomicU64,
 }
 
 /// Counts an open output stream until dropped.
 #[derive(Debug)]
-pub struct StreamGuard<'a>(&'a Metrics);
+pub(crate) struct StreamGuard<'a>(&'a Metrics);
 
 impl Drop for StreamGuard<'_> {
     fn drop(&mut self) {
@@ -34,7 +34,7 @@ impl Drop for StreamGuard<'_> {
 
 impl Metrics {
     /// Records one answered request.
-    pub fn request(&self, route: &'static str, status: u16) {
+    pub(crate) fn request(&self, route: &'static str, status: u16) {
         *self
             .requests
             .lock()
@@ -44,18 +44,18 @@ impl Metrics {
     }
 
     /// Marks an output stream open for the guard's lifetime.
-    pub fn stream(&self) -> StreamGuard<'_> {
+    pub(crate) fn stream(&self) -> StreamGuard<'_> {
         self.streams.fetch_add(1, Ordering::AcqRel);
         StreamGuard(self)
     }
 
     /// Output streams open now.
-    pub fn open_streams(&self) -> i64 {
+    pub(crate) fn open_streams(&self) -> i64 {
         self.streams.load(Ordering::Acquire)
     }
 
     /// Waits until no output stream is open, or `deadline`.
-    pub async fn streams_closed(&self, deadline: tokio::time::Instant) {
+    pub(crate) async fn streams_closed(&self, deadline: tokio::time::Instant) {
         loop {
             let closed = self.streams_closed.notified();
             tokio::pin!(closed);
@@ -70,7 +70,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition.
-    pub fn render(&self, table: &Table, grants: &Grants, pulls: &Pulls) -> String {
+    pub(crate) fn render(&self, table: &Table, grants: &Grants, pulls: &Pulls) -> String {
         let (running, exited) = table.counts();
         let mut out = String::with_capacity(2048);
         let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, String)]| {

@@ -24,29 +24,29 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 
 /// The parent's handles on a child that exec'd successfully.
 #[derive(Debug)]
-pub struct Started {
+pub(crate) struct Started {
     /// The child's pid.
-    pub pid: i32,
+    pub(crate) pid: i32,
     /// Its output.
-    pub sources: Sources,
+    pub(crate) sources: Sources,
     /// Its stdin, if any.
-    pub stdin: Option<Stdin>,
+    pub(crate) stdin: Option<Stdin>,
     /// A handle on its pty master, if any.
-    pub tty: Option<OwnedFd>,
+    pub(crate) tty: Option<OwnedFd>,
     /// The shim's copies of the write ends of the child's stdout and stderr pipes, to be closed
     /// once the child is reaped (see [`crate::proc::Links::writers`]).
-    pub writers: Option<(OwnedFd, OwnedFd)>,
+    pub(crate) writers: Option<(OwnedFd, OwnedFd)>,
     /// The child could not set its own `oom_score_adj` (see [`set_oom_later`]).
-    pub oom_pending: bool,
+    pub(crate) oom_pending: bool,
 }
 
 /// What a failed spawn leaves behind.
 #[derive(Debug)]
-pub struct Failed {
+pub(crate) struct Failed {
     /// Pid of a child that was forked and must be reaped and ignored, if one was.
-    pub pid: Option<i32>,
+    pub(crate) pid: Option<i32>,
     /// The error for the client.
-    pub error: Error,
+    pub(crate) error: Error,
 }
 
 impl From<Error> for Failed {
@@ -60,7 +60,7 @@ fn cstring(s: &str, what: &str) -> Result<CString, Error> {
 }
 
 /// The environment of a process: `base` overlaid with the request's `K=V` entries, later ones winning.
-pub fn environment(
+pub(crate) fn environment(
     base: &[(String, String)],
     overlay: &[String],
 ) -> Result<Vec<(String, String)>, Error> {
@@ -109,7 +109,7 @@ fn base_envp(base: &[(String, String)]) -> Result<Arc<[CString]>, Error> {
 }
 
 /// Finds the executable: a path with `/` as is, else the first executable file on `PATH`.
-pub fn resolve_executable(path: &str, env: &[(String, String)]) -> Result<PathBuf, Error> {
+pub(crate) fn resolve_executable(path: &str, env: &[(String, String)]) -> Result<PathBuf, Error> {
     let not_found = |e: io::Error| Error::ExecutableNotFound {
         path: path.to_owned(),
         source: e,
@@ -135,7 +135,7 @@ pub fn resolve_executable(path: &str, env: &[(String, String)]) -> Result<PathBu
 }
 
 /// Bytes of a spec's strings: what remembering the process costs beyond its output.
-pub fn spec_bytes(spec: &SpawnRequest) -> usize {
+pub(crate) fn spec_bytes(spec: &SpawnRequest) -> usize {
     spec.path.len()
         + spec
             .args
@@ -175,7 +175,7 @@ async fn prepare(spec: &SpawnRequest) -> Result<Option<sys::Credentials>, Error>
 /// What a spawn prepares before the fork (which may wait on a blocking thread): the executable, its
 /// argv and environment as C strings, the directory and the credentials.
 #[derive(Debug)]
-pub struct Plan {
+pub(crate) struct Plan {
     path: CString,
     argv: Vec<CString>,
     envp: Arc<[CString]>,
@@ -185,7 +185,10 @@ pub struct Plan {
 
 /// Validates `spec` and prepares what its fork needs, with the shim's `base_env`. Nothing is
 /// created yet: dropping the future or the plan leaves nothing behind.
-pub async fn plan(spec: &SpawnRequest, base_env: &[(String, String)]) -> Result<Plan, Error> {
+pub(crate) async fn plan(
+    spec: &SpawnRequest,
+    base_env: &[(String, String)],
+) -> Result<Plan, Error> {
     // Every string becomes a C string: refuse NULs before anything is looked up or created.
     let strings = [
         ("path", Some(&spec.path)),
@@ -244,7 +247,7 @@ fn watch(fd: OwnedFd) -> Result<AsyncFd<File>, Error> {
 /// hangs up drops the request's future only at an await). `fork` forks and execs (the table wraps
 /// [`sys::fork_exec`] to record the pid under its lock); the child's `oom_score_adj` is set to
 /// `oom_score_adj` before its program runs, or [`Started::oom_pending`] says it is not yet.
-pub fn start(
+pub(crate) fn start(
     plan: Plan,
     spec: &SpawnRequest,
     oom_score_adj: i32,
@@ -386,7 +389,7 @@ pub fn start(
 /// Sets the `oom_score_adj` of a child that could not set its own (a shim that is not root): the
 /// shim is non-dumpable, so the child's `/proc` entry stays root's until `execve` has installed the
 /// program's credentials; tries again for a few milliseconds.
-pub async fn set_oom_later(pid: i32, oom_score_adj: i32) {
+pub(crate) async fn set_oom_later(pid: i32, oom_score_adj: i32) {
     let mut tries = 0;
     while let Err(e) = crate::oom::set_score_adj(pid, oom_score_adj) {
         tries += 1;

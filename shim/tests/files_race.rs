@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
 use common::Shim;
-use stepshim::sys::fs::{Rename, rename_at};
+use stepshim::rename::{Rename, rename_at};
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("stepshim-race-{name}-{}", common::random_hex(4)));

@@ -76,10 +76,10 @@ fn is_hole(buf: &[u8]) -> bool {
 #[derive(Debug)]
 pub(super) struct Parent {
     /// Its components below the staging root.
-    pub comps: Vec<std::ffi::OsString>,
-    pub fd: OwnedFd,
+    pub(crate) comps: Vec<std::ffi::OsString>,
+    pub(crate) fd: OwnedFd,
     /// What a file created in it gets, once the first one was asked.
-    pub learned: Cell<Option<Learned>>,
+    pub(crate) learned: Cell<Option<Learned>>,
 }
 
 /// What a file created in a directory gets: its owner, and whether a mode survived creation.

@@ -48,7 +48,7 @@ impl Default for Limits {
 
 /// Which cap a stream went over, for the error message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Exceeded {
+pub(crate) enum Exceeded {
     /// The stream is longer than `max_bytes`.
     Stream(u64),
     /// An extension header (named) declares more than `max_header_bytes`.
@@ -57,7 +57,7 @@ pub enum Exceeded {
 
 impl Exceeded {
     /// The error answered for this cap exceeded.
-    pub fn into_error(self, limits: &Limits) -> FilesError {
+    pub(crate) fn into_error(self, limits: &Limits) -> FilesError {
         FilesError::TooLarge(match self {
             Exceeded::Stream(cap) => format!("the upload is larger than {cap} bytes"),
             Exceeded::Header(what, size) => format!(
@@ -81,7 +81,7 @@ enum Phase {
 
 /// A reader enforcing [`Limits`] on a tar stream (see the module header).
 #[derive(Debug)]
-pub struct Guard<R> {
+pub(crate) struct Guard<R> {
     inner: R,
     limits: Limits,
     /// Bytes passed through so far.
@@ -96,14 +96,14 @@ pub struct Guard<R> {
     /// Bytes of sparse extension blocks of the current entry.
     sparse_ext: u64,
     /// The cap the stream went over, if it did.
-    pub exceeded: Option<Exceeded>,
+    pub(crate) exceeded: Option<Exceeded>,
     /// Whether the inner reader reached its end.
-    pub hit_end: bool,
+    pub(crate) hit_end: bool,
 }
 
 impl<R: Read> Guard<R> {
     /// Guards `inner` with `limits`.
-    pub fn new(inner: R, limits: Limits) -> Self {
+    pub(crate) fn new(inner: R, limits: Limits) -> Self {
         Guard {
             inner,
             limits,

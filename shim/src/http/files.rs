@@ -28,14 +28,14 @@ use crate::output_log::{IO_CHUNK, pool};
 
 /// The file transfer caps and the slots of the transfers running.
 #[derive(Debug)]
-pub struct Transfers {
+pub(crate) struct Transfers {
     settings: FilesSettings,
     slots: Arc<Semaphore>,
 }
 
 impl Transfers {
     /// Caps from the configuration.
-    pub fn new(settings: FilesSettings) -> Self {
+    pub(crate) fn new(settings: FilesSettings) -> Self {
         Transfers {
             settings,
             slots: Arc::new(Semaphore::new(settings.max_concurrent)),
@@ -43,7 +43,7 @@ impl Transfers {
     }
 
     /// The caps.
-    pub fn settings(&self) -> FilesSettings {
+    pub(crate) fn settings(&self) -> FilesSettings {
         self.settings
     }
 
@@ -65,7 +65,7 @@ impl Default for Transfers {
 }
 
 /// `/v1/files?path=...`
-pub async fn handle(
+pub(crate) async fn handle(
     req: Request<Incoming>,
     q: &Query,
     same_owner: bool,

@@ -27,8 +27,7 @@ use tokio::net::TcpListener;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::table::Table;
-pub use body::Body;
-pub use files::Transfers;
+pub(crate) use body::Body;
 
 /// Time a client has to send a request's headers (and how long an authenticated connection may
 /// sit idle between requests).
@@ -36,13 +35,13 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a connection may cost before it has authenticated, from the configuration.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Connections open at once (see [`conns`]).
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Bytes of a request line and headers together.
-    pub max_header_bytes: usize,
+    pub(crate) max_header_bytes: usize,
     /// How long a connection may stay open without a request that passed authentication.
-    pub auth_timeout: Duration,
+    pub(crate) auth_timeout: Duration,
 }
 
 impl From<&crate::Config> for Limits {
@@ -57,31 +56,31 @@ impl From<&crate::Config> for Limits {
 
 /// Shared state of the HTTP side.
 #[derive(Debug)]
-pub struct App {
+pub(crate) struct App {
     /// The processes.
-    pub table: Arc<Table>,
+    pub(crate) table: Arc<Table>,
     /// SHA-256 of the token; `None` runs without authentication.
-    pub token_sha256: Option<[u8; 32]>,
+    pub(crate) token_sha256: Option<[u8; 32]>,
     /// Counters.
-    pub metrics: Metrics,
+    pub(crate) metrics: Metrics,
     /// Reported by `/v1/info`.
-    pub boot_id: String,
+    pub(crate) boot_id: String,
     /// Whether extracted files keep their owners (the shim runs as root).
-    pub same_owner: bool,
+    pub(crate) same_owner: bool,
     /// Connection limits.
-    pub limits: Limits,
+    pub(crate) limits: Limits,
     conns: Arc<conns::Conns>,
     /// Caps and slots of file transfers.
-    pub files: files::Transfers,
+    pub(crate) files: files::Transfers,
     /// Read grants on this shim's files.
-    pub grants: crate::grants::Grants,
+    pub(crate) grants: crate::grants::Grants,
     /// Pulls into this shim.
-    pub pulls: crate::pull::Pulls,
+    pub(crate) pulls: crate::pull::Pulls,
 }
 
 impl App {
     /// The shared state.
-    pub fn new(
+    pub(crate) fn new(
         table: Arc<Table>,
         token_sha256: Option<[u8; 32]>,
         boot_id: String,
@@ -109,7 +108,7 @@ impl App {
     }
 
     /// The same with grant and pull caps from the configuration (after [`App::with_files`]).
-    pub fn with_artifacts(mut self, a: crate::config::ArtifactsSettings) -> Self {
+    pub(crate) fn with_artifacts(mut self, a: crate::config::ArtifactsSettings) -> Self {
         self.grants = crate::grants::Grants::new(a.max_grants);
         self.pulls =
             crate::pull::Pulls::new(pull_settings(self.files.settings(), a, self.same_owner));
@@ -117,19 +116,14 @@ impl App {
     }
 
     /// The same with file transfer caps from the configuration.
-    pub fn with_files(mut self, settings: crate::config::FilesSettings) -> Self {
+    pub(crate) fn with_files(mut self, settings: crate::config::FilesSettings) -> Self {
         self.files = files::Transfers::new(settings);
         self
     }
 
     /// Whether shutdown has begun (the table is closed): `/healthz` answers 503, spawns are refused.
-    pub fn is_shutting_down(&self) -> bool {
+    pub(crate) fn is_shutting_down(&self) -> bool {
         self.table.is_closed()
-    }
-
-    /// Connections open now.
-    pub fn open_connections(&self) -> usize {
-        self.conns.len()
     }
 }
 
@@ -152,7 +146,7 @@ fn pull_settings(
 }
 
 /// Accepts connections until `stop` resolves; connections already open keep being served.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     app: Arc<App>,
     stop: impl std::future::Future<Output = ()>,
@@ -233,7 +227,11 @@ async fn connection(
 }
 
 /// Answers one request.
-pub async fn handle(app: Arc<App>, req: Request<Incoming>, authed: &AtomicBool) -> Response<Body> {
+pub(crate) async fn handle(
+    app: Arc<App>,
+    req: Request<Incoming>,
+    authed: &AtomicBool,
+) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let route = Route::parse(&path);
     let label = route.as_ref().map_or("unknown", Route::label);

@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 /// What the child does with its standard streams.
 #[derive(Debug)]
-pub enum ChildStdio {
+pub(crate) enum ChildStdio {
     /// Three fds for 0, 1 and 2.
     Fds {
         /// Becomes fd 0; `None` is `/dev/null` (one opened at the first spawn and kept).
@@ -27,40 +27,40 @@ pub enum ChildStdio {
 
 /// The credentials a child switches to before exec.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     /// User id.
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// Primary group id.
-    pub gid: u32,
+    pub(crate) gid: u32,
     /// Supplementary groups.
-    pub groups: Vec<u32>,
+    pub(crate) groups: Vec<u32>,
 }
 
 /// Everything needed to start a process, prepared before the fork.
 #[derive(Debug)]
-pub struct Exec {
+pub(crate) struct Exec {
     /// Executable path, already resolved against `PATH`.
-    pub path: CString,
+    pub(crate) path: CString,
     /// argv, argv[0] first.
-    pub argv: Vec<CString>,
+    pub(crate) argv: Vec<CString>,
     /// `K=V` environment (shared: most spawns pass the shim's own, made once).
-    pub envp: std::sync::Arc<[CString]>,
+    pub(crate) envp: std::sync::Arc<[CString]>,
     /// Working directory.
-    pub dir: Option<CString>,
+    pub(crate) dir: Option<CString>,
     /// Credentials to switch to, if any.
-    pub creds: Option<Credentials>,
+    pub(crate) creds: Option<Credentials>,
     /// Standard streams.
-    pub stdio: ChildStdio,
+    pub(crate) stdio: ChildStdio,
     /// `oom_score_adj` the child inherits when it is the shim's own (see [`super::own_score`]) or
     /// else sets for itself before `execve` (through `/proc/self`, which only root can write while
     /// the shim is non-dumpable); see [`Forked::oom_set`].
-    pub oom_score_adj: Option<i32>,
+    pub(crate) oom_score_adj: Option<i32>,
 }
 
 /// The step of the child's set-up that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Stage {
+pub(crate) enum Stage {
     /// Session, terminal, fd or limit set-up.
     Setup = 0,
     /// setgroups/setgid/setuid.
@@ -74,16 +74,16 @@ pub enum Stage {
 /// A started child: its pid, and why its set-up failed if it did. `clone` with `CLONE_VFORK` returns
 /// only once the child has exec'd or exited, so the outcome is known when [`fork_exec`] returns.
 #[derive(Debug)]
-pub struct Forked {
+pub(crate) struct Forked {
     /// Pid of the child; also its process group and session id. A child whose set-up failed has
     /// exited with status 127 and must still be reaped.
-    pub pid: i32,
+    pub(crate) pid: i32,
     /// The set-up step that failed and its error; `None` when `execve` succeeded.
-    pub failed: Option<(Stage, io::Error)>,
+    pub(crate) failed: Option<(Stage, io::Error)>,
     /// Whether the child inherited or set its own `oom_score_adj` before `execve`. When it could
     /// not (a shim that is not root), the caller sets it through `/proc/<pid>` once the new
     /// program's credentials make that entry the user's.
-    pub oom_set: bool,
+    pub(crate) oom_set: bool,
 }
 
 /// Everything the child reads, prepared by the parent; the child writes only `report`.
@@ -268,7 +268,7 @@ struct KernelSigaction {
 /// the shim's page tables (a `fork` costs ~150 µs more here), and the outcome is known on return.
 /// The child fds in `ex.stdio` stay open in the parent until `ex` is dropped; callers drop it right
 /// after this returns.
-pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
+pub(crate) fn fork_exec(ex: &Exec) -> io::Result<Forked> {
     let argv: Vec<*const libc::c_char> = ex
         .argv
         .iter()
