@@ -63,16 +63,6 @@ pub(crate) struct ArtifactsSettings {
     pub(crate) pull_retries: u32,
 }
 
-impl Default for ArtifactsSettings {
-    fn default() -> Self {
-        ArtifactsSettings {
-            max_grants: 64,
-            max_pulls: 8,
-            pull_retries: 8,
-        }
-    }
-}
-
 /// Caps of file transfers (PROTOCOL.md 4.8 and 7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FilesSettings {
@@ -88,14 +78,13 @@ pub(crate) struct FilesSettings {
     pub(crate) idle_timeout: Duration,
 }
 
-impl Default for FilesSettings {
-    fn default() -> Self {
-        FilesSettings {
-            max_bytes: 8 << 30,
-            max_header_bytes: 64 << 10,
-            direct_min: crate::files::Limits::default().direct_min,
-            max_concurrent: 8,
-            idle_timeout: Duration::from_secs(60),
+impl FilesSettings {
+    /// The caps one upload or pull is extracted under.
+    pub(crate) fn limits(&self) -> crate::files::Limits {
+        crate::files::Limits {
+            max_bytes: self.max_bytes,
+            max_header_bytes: self.max_header_bytes,
+            direct_min: self.direct_min,
         }
     }
 }
@@ -268,6 +257,16 @@ impl Config {
                 pull_retries: ranged(S::PULL_RETRIES, 0, 1000)? as u32,
             },
         })
+    }
+}
+
+#[cfg(test)]
+impl Config {
+    /// The configuration from the documented defaults alone (and no token), for tests that need
+    /// the shim's usual caps.
+    pub(crate) fn defaults() -> Config {
+        let env = [(S::INSECURE_NO_AUTH.to_owned(), "1".to_owned())];
+        Config::from_sources(env, []).expect("the documented defaults parse")
     }
 }
 

@@ -127,17 +127,12 @@ pub async fn run(
     let table = Arc::new(table::Table::new(settings, budget, oom));
     let reaper = tokio::spawn(reaper::run(table.clone(), sigchld));
     let same_owner = sys::geteuid() == 0;
-    let app = Arc::new(
-        http::App::new(
-            table.clone(),
-            config.token_sha256,
-            new_boot_id(),
-            same_owner,
-            http::Limits::from(&config),
-        )
-        .with_files(config.files)
-        .with_artifacts(config.artifacts),
-    );
+    let app = Arc::new(http::App::new(
+        table.clone(),
+        &config,
+        new_boot_id(),
+        same_owner,
+    ));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(http::serve(listener, app.clone(), async {
         let _ = stop_rx.await;

@@ -1,6 +1,6 @@
 //! A regular file of an extraction (`unpack.rs`): created anew in its (already opened) parent,
 //! its contents streamed through one buffer with runs of zeros skipped as holes (a large file's
-//! written with `O_DIRECT`, see [`DIRECT_MIN`]), then owner, mode and mtime set through its own fd.
+//! written with `O_DIRECT`, see `Limits::direct_min`), then owner, mode and mtime set through its own fd.
 //!
 //! Per small file this costs four system calls (create, write, mtime, close); a large file one
 //! `write` per MiB of contents. Owner and mode are set only when the file did not get them at creation: the
@@ -29,16 +29,6 @@ use crate::sys::fs as sysfs;
 /// direct write is one large request to the disk (1 GiB pulled into ext4: 0.87 destination CPU s,
 /// 1.04 with 256 KiB).
 pub(super) const COPY_BUF: usize = 1024 * 1024;
-
-/// The default of `STEPSHIM_FILES_DIRECT_MIN_BYTES` (`Limits::direct_min`, 0 turns it off): files
-/// at least this large are written with `O_DIRECT`: their contents go from the buffer to the
-/// disk, not copied into the page cache first. On a VM whose free memory goes back to the host
-/// (virtio-balloon free page reporting, as on this project's cluster node) the page-cache copy
-/// faults in fresh host pages and took half of a pull's CPU (about 2 CPU s per GiB into a pod's
-/// overlay, and as much for GNU `tar -x`; `dd` of 4 GiB there: 4.9 system CPU s, 0.6 with
-/// `O_DIRECT`). Smaller files (a source tree's) stay in the page cache, where the next step reads
-/// them; a large file is read from the disk the first time.
-pub(super) const DIRECT_MIN: u64 = 8 << 20;
 
 /// Alignment of a direct write's buffer, offset and length (the largest logical block size).
 pub(super) const ALIGN: usize = 4096;

@@ -23,7 +23,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use super::body::{Body, ChannelBody, Query, empty};
 use crate::config::FilesSettings;
 use crate::error::Error;
-use crate::files::{self, FilesError, Limits, Options, Resolve};
+use crate::files::{self, FilesError, Options, Resolve};
 use crate::output_log::{IO_CHUNK, pool};
 
 /// The file transfer caps and the slots of the transfers running.
@@ -42,11 +42,6 @@ impl Transfers {
         }
     }
 
-    /// The caps.
-    pub(crate) fn settings(&self) -> FilesSettings {
-        self.settings
-    }
-
     /// A slot for one transfer, or 503 when all are taken.
     fn slot(&self) -> Result<OwnedSemaphorePermit, Error> {
         self.slots.clone().try_acquire_owned().map_err(|_| {
@@ -55,12 +50,6 @@ impl Transfers {
                 self.settings.max_concurrent
             ))
         })
-    }
-}
-
-impl Default for Transfers {
-    fn default() -> Self {
-        Transfers::new(FilesSettings::default())
     }
 }
 
@@ -87,11 +76,7 @@ pub(crate) async fn handle(
     if method == Method::PUT {
         let opts = Options {
             same_owner,
-            limits: Limits {
-                max_bytes: s.max_bytes,
-                max_header_bytes: s.max_header_bytes,
-                direct_min: s.direct_min,
-            },
+            limits: s.limits(),
             resolve: Resolve::Auto,
         };
         put(

@@ -79,46 +79,30 @@ pub(crate) struct App {
 }
 
 impl App {
-    /// The shared state.
+    /// The shared state, with the connection, transfer, grant and pull caps of `config`.
     pub(crate) fn new(
         table: Arc<Table>,
-        token_sha256: Option<[u8; 32]>,
+        config: &crate::Config,
         boot_id: String,
         same_owner: bool,
-        limits: Limits,
     ) -> Self {
+        let limits = Limits::from(config);
         App {
             table,
-            token_sha256,
+            token_sha256: config.token_sha256,
             metrics: Metrics::default(),
             boot_id,
             same_owner,
             limits,
             conns: conns::Conns::new(limits.max_connections),
-            files: files::Transfers::default(),
-            grants: crate::grants::Grants::new(
-                crate::config::ArtifactsSettings::default().max_grants,
-            ),
+            files: files::Transfers::new(config.files),
+            grants: crate::grants::Grants::new(config.artifacts.max_grants),
             pulls: crate::pull::Pulls::new(pull_settings(
-                crate::config::FilesSettings::default(),
-                crate::config::ArtifactsSettings::default(),
+                config.files,
+                config.artifacts,
                 same_owner,
             )),
         }
-    }
-
-    /// The same with grant and pull caps from the configuration (after [`App::with_files`]).
-    pub(crate) fn with_artifacts(mut self, a: crate::config::ArtifactsSettings) -> Self {
-        self.grants = crate::grants::Grants::new(a.max_grants);
-        self.pulls =
-            crate::pull::Pulls::new(pull_settings(self.files.settings(), a, self.same_owner));
-        self
-    }
-
-    /// The same with file transfer caps from the configuration.
-    pub(crate) fn with_files(mut self, settings: crate::config::FilesSettings) -> Self {
-        self.files = files::Transfers::new(settings);
-        self
     }
 
     /// Whether shutdown has begun (the table is closed): `/healthz` answers 503, spawns are refused.
@@ -136,11 +120,7 @@ fn pull_settings(
         max: a.max_pulls,
         retries: a.pull_retries,
         idle: f.idle_timeout,
-        limits: crate::files::Limits {
-            max_bytes: f.max_bytes,
-            max_header_bytes: f.max_header_bytes,
-            direct_min: f.direct_min,
-        },
+        limits: f.limits(),
         same_owner,
     }
 }
