@@ -1,6 +1,7 @@
 //! Shim configuration from `STEPSHIM_*` variables and the equivalent flags, read through one function
 //! that tests feed directly. Invalid configuration is a [`ConfigError`]; `main` turns it into exit 64.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -127,7 +128,59 @@ impl Config {
         env: impl IntoIterator<Item = (String, String)>,
         args: impl IntoIterator<Item = String>,
     ) -> Result<Config, ConfigError> {
-        let mut vals: std::collections::HashMap<&'static str, String> = env
+        let v = Values::collect(env, args)?;
+        let listen = parse(v.get(S::LISTEN).unwrap_or_default(), S::LISTEN)?;
+        let token_sha256 = v.token()?;
+        let data_dir = v.data_dir()?;
+        let log_level = v.log_level()?;
+        let tiny = Duration::from_nanos(1);
+        Ok(Config {
+            max_processes: v.ranged(S::MAX_PROCESSES, 1, 1 << 20)? as usize,
+            max_spec_bytes: v.ranged(S::MAX_SPEC_BYTES, 1024, 1 << 20)? as usize,
+            max_connections: v.ranged(S::MAX_CONNECTIONS, 4, 1 << 20)? as usize,
+            fd_reserve: v.ranged(S::FD_RESERVE, 0, 1 << 30)? as u64,
+            max_header_bytes: v.ranged(S::MAX_HEADER_BYTES, 8 << 10, 1 << 20)? as usize,
+            auth_timeout: v.secs(S::AUTH_TIMEOUT_SECONDS, tiny)?,
+            oom_score_adj: v.ranged(S::OOM_SCORE_ADJ, -1000, 1000)? as i32,
+            listen,
+            token_sha256,
+            data_dir,
+            grace: v.secs(S::GRACE_SECONDS, Duration::ZERO)?,
+            drain: v.secs(S::DRAIN_SECONDS, Duration::ZERO)?,
+            memory_bytes: parse(v.get(S::MEMORY_BYTES).unwrap_or_default(), S::MEMORY_BYTES)?,
+            log_level,
+            log_flush: Duration::from_millis(v.ranged(S::LOG_FLUSH_MS, 0, 10_000)? as u64),
+            ready_file: v.get(S::READY_FILE).map(PathBuf::from),
+            parent_pid: match v.get(S::PARENT_PID) {
+                Some(_) => Some(v.ranged(S::PARENT_PID, 1, i64::from(i32::MAX))? as i32),
+                None => None,
+            },
+            files: FilesSettings {
+                max_bytes: v.ranged(S::FILES_MAX_BYTES, 1, i64::MAX)? as u64,
+                max_header_bytes: v.ranged(S::FILES_MAX_HEADER_BYTES, 1, i64::MAX)? as u64,
+                direct_min: v.ranged(S::FILES_DIRECT_MIN_BYTES, 0, i64::MAX)? as u64,
+                max_concurrent: v.ranged(S::FILES_MAX_CONCURRENT, 1, 1 << 20)? as usize,
+                idle_timeout: v.secs(S::FILES_IDLE_TIMEOUT, tiny)?,
+            },
+            artifacts: ArtifactsSettings {
+                max_grants: v.ranged(S::MAX_GRANTS, 1, 1 << 16)? as usize,
+                max_pulls: v.ranged(S::MAX_PULLS, 1, 1024)? as usize,
+                pull_retries: v.ranged(S::PULL_RETRIES, 0, 1000)? as u32,
+            },
+        })
+    }
+}
+
+/// The settings given, by variable name: the environment's, with flags over them.
+struct Values(HashMap<&'static str, String>);
+
+impl Values {
+    /// Collects the `STEPSHIM_*` variables of `env`, then the flags of `args` over them.
+    fn collect(
+        env: impl IntoIterator<Item = (String, String)>,
+        args: impl IntoIterator<Item = String>,
+    ) -> Result<Values, ConfigError> {
+        let mut vals: HashMap<&'static str, String> = env
             .into_iter()
             .filter_map(|(k, v)| S::by_var(&k).map(|s| (s.var, v)))
             .collect();
@@ -151,112 +204,104 @@ impl Config {
             };
             vals.insert(var, value);
         }
-        let set = |n: &str| vals.get(n).map(String::as_str).filter(|v| !v.is_empty());
-        // A setting's value, else its documented default (`None` if it has none).
-        let get = |n: &'static str| {
-            set(n).or_else(|| S::by_var(n).map(|s| s.default).filter(|d| !d.is_empty()))
-        };
-        let listen = parse(get(S::LISTEN).unwrap_or_default(), S::LISTEN)?;
-        let token_sha256 = match (get(S::TOKEN_SHA256), get(S::TOKEN_SHA256_FILE)) {
-            (Some(hex), _) => Some(parse_hex(hex.trim(), S::TOKEN_SHA256)?),
-            (None, Some(path)) => {
-                let text =
-                    std::fs::read_to_string(path).map_err(|source| ConfigError::TokenFile {
-                        path: path.to_owned(),
-                        source,
-                    })?;
-                Some(parse_hex(text.trim(), S::TOKEN_SHA256_FILE)?)
-            }
-            (None, None) => match get(S::INSECURE_NO_AUTH) {
-                Some("1") | Some("true") => None,
-                _ => return Err(ConfigError::NoToken),
+        Ok(Values(vals))
+    }
+
+    /// A setting's value, else its documented default (`None` if it has none). An empty value
+    /// counts as not given.
+    fn get(&self, name: &str) -> Option<&str> {
+        let given = self
+            .0
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty());
+        given.or_else(|| S::by_var(name).map(|s| s.default).filter(|d| !d.is_empty()))
+    }
+
+    /// Seconds within [lo, 3600], decimal fractions allowed.
+    fn secs(&self, name: &'static str, lo: Duration) -> Result<Duration, ConfigError> {
+        let text = self.get(name).unwrap_or_default();
+        protocol::query::parse_seconds(text.trim())
+            .filter(|d| *d >= lo && d.as_secs() <= 3600)
+            .ok_or(ConfigError::Invalid {
+                name,
+                reason: if lo.is_zero() {
+                    format!("{text:?}: must be 0 to 3600 seconds")
+                } else {
+                    format!("{text:?}: must be more than 0 and at most 3600 seconds")
+                },
+            })
+    }
+
+    /// An integer within [lo, hi].
+    fn ranged(&self, name: &'static str, lo: i64, hi: i64) -> Result<i64, ConfigError> {
+        let v: i64 = parse(self.get(name).unwrap_or_default(), name)?;
+        if (lo..=hi).contains(&v) {
+            Ok(v)
+        } else {
+            Err(ConfigError::Invalid {
+                name,
+                reason: format!("must be {lo} to {hi}"),
+            })
+        }
+    }
+
+    /// The token's SHA-256: given, or read from its file; `None` only with the explicit opt-out.
+    fn token(&self) -> Result<Option<[u8; 32]>, ConfigError> {
+        Ok(
+            match (self.get(S::TOKEN_SHA256), self.get(S::TOKEN_SHA256_FILE)) {
+                (Some(hex), _) => Some(parse_hex(hex.trim(), S::TOKEN_SHA256)?),
+                (None, Some(path)) => {
+                    let text =
+                        std::fs::read_to_string(path).map_err(|source| ConfigError::TokenFile {
+                            path: path.to_owned(),
+                            source,
+                        })?;
+                    Some(parse_hex(text.trim(), S::TOKEN_SHA256_FILE)?)
+                }
+                (None, None) => match self.get(S::INSECURE_NO_AUTH) {
+                    Some("1") | Some("true") => None,
+                    _ => return Err(ConfigError::NoToken),
+                },
             },
-        };
-        let data_dir = PathBuf::from(get(S::DATA_DIR).unwrap_or_default());
+        )
+    }
+
+    /// The data directory, which must be absolute.
+    fn data_dir(&self) -> Result<PathBuf, ConfigError> {
+        let data_dir = PathBuf::from(self.get(S::DATA_DIR).unwrap_or_default());
         if !data_dir.is_absolute() {
             return Err(ConfigError::Invalid {
                 name: S::DATA_DIR,
                 reason: "must be absolute".into(),
             });
         }
-        // Seconds within [lo, 3600], decimal fractions allowed.
-        let secs = |name: &'static str, lo: Duration| -> Result<Duration, ConfigError> {
-            let text = get(name).unwrap_or_default();
-            protocol::query::parse_seconds(text.trim())
-                .filter(|d| *d >= lo && d.as_secs() <= 3600)
-                .ok_or(ConfigError::Invalid {
-                    name,
-                    reason: if lo.is_zero() {
-                        format!("{text:?}: must be 0 to 3600 seconds")
-                    } else {
-                        format!("{text:?}: must be more than 0 and at most 3600 seconds")
-                    },
-                })
-        };
-        let log_level = match get(S::LOG)
-            .unwrap_or_default()
-            .to_ascii_lowercase()
-            .as_str()
-        {
-            "error" => crate::logging::Level::Error,
-            "warn" => crate::logging::Level::Warn,
-            "info" => crate::logging::Level::Info,
-            "debug" => crate::logging::Level::Debug,
-            "trace" => crate::logging::Level::Trace,
-            other => {
-                return Err(ConfigError::Invalid {
-                    name: S::LOG,
-                    reason: format!("unknown level {other:?}"),
-                });
-            }
-        };
-        // An integer within [lo, hi].
-        let ranged = |name: &'static str, lo: i64, hi: i64| -> Result<i64, ConfigError> {
-            let v: i64 = parse(get(name).unwrap_or_default(), name)?;
-            if (lo..=hi).contains(&v) {
-                Ok(v)
-            } else {
-                Err(ConfigError::Invalid {
-                    name,
-                    reason: format!("must be {lo} to {hi}"),
-                })
-            }
-        };
-        let tiny = Duration::from_nanos(1);
-        Ok(Config {
-            max_processes: ranged(S::MAX_PROCESSES, 1, 1 << 20)? as usize,
-            max_spec_bytes: ranged(S::MAX_SPEC_BYTES, 1024, 1 << 20)? as usize,
-            max_connections: ranged(S::MAX_CONNECTIONS, 4, 1 << 20)? as usize,
-            fd_reserve: ranged(S::FD_RESERVE, 0, 1 << 30)? as u64,
-            max_header_bytes: ranged(S::MAX_HEADER_BYTES, 8 << 10, 1 << 20)? as usize,
-            auth_timeout: secs(S::AUTH_TIMEOUT_SECONDS, tiny)?,
-            oom_score_adj: ranged(S::OOM_SCORE_ADJ, -1000, 1000)? as i32,
-            listen,
-            token_sha256,
-            data_dir,
-            grace: secs(S::GRACE_SECONDS, Duration::ZERO)?,
-            drain: secs(S::DRAIN_SECONDS, Duration::ZERO)?,
-            memory_bytes: parse(get(S::MEMORY_BYTES).unwrap_or_default(), S::MEMORY_BYTES)?,
-            log_level,
-            log_flush: Duration::from_millis(ranged(S::LOG_FLUSH_MS, 0, 10_000)? as u64),
-            ready_file: get(S::READY_FILE).map(PathBuf::from),
-            parent_pid: match get(S::PARENT_PID) {
-                Some(_) => Some(ranged(S::PARENT_PID, 1, i64::from(i32::MAX))? as i32),
-                None => None,
+        Ok(data_dir)
+    }
+
+    /// The log level, by name in any case.
+    fn log_level(&self) -> Result<crate::logging::Level, ConfigError> {
+        use crate::logging::Level;
+        Ok(
+            match self
+                .get(S::LOG)
+                .unwrap_or_default()
+                .to_ascii_lowercase()
+                .as_str()
+            {
+                "error" => Level::Error,
+                "warn" => Level::Warn,
+                "info" => Level::Info,
+                "debug" => Level::Debug,
+                "trace" => Level::Trace,
+                other => {
+                    return Err(ConfigError::Invalid {
+                        name: S::LOG,
+                        reason: format!("unknown level {other:?}"),
+                    });
+                }
             },
-            files: FilesSettings {
-                max_bytes: ranged(S::FILES_MAX_BYTES, 1, i64::MAX)? as u64,
-                max_header_bytes: ranged(S::FILES_MAX_HEADER_BYTES, 1, i64::MAX)? as u64,
-                direct_min: ranged(S::FILES_DIRECT_MIN_BYTES, 0, i64::MAX)? as u64,
-                max_concurrent: ranged(S::FILES_MAX_CONCURRENT, 1, 1 << 20)? as usize,
-                idle_timeout: secs(S::FILES_IDLE_TIMEOUT, tiny)?,
-            },
-            artifacts: ArtifactsSettings {
-                max_grants: ranged(S::MAX_GRANTS, 1, 1 << 16)? as usize,
-                max_pulls: ranged(S::MAX_PULLS, 1, 1024)? as usize,
-                pull_retries: ranged(S::PULL_RETRIES, 0, 1000)? as u32,
-            },
-        })
+        )
     }
 }
 
