@@ -237,6 +237,7 @@ pub(crate) async fn handle(
     response
 }
 
+/// Authenticates a request, checks its route and query, and hands it to the route's handler.
 async fn dispatch(
     app: &Arc<App>,
     route: Result<Route<'_>, RouteError>,
@@ -252,17 +253,7 @@ async fn dispatch(
             Err(Error::MethodNotAllowed("GET"))
         };
     }
-    let mut granted = None;
-    if let Some(want) = &app.token_sha256 {
-        let headers = req.headers();
-        let bearer = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
-        let proxy = headers
-            .get(protocol::token::PROXY_HEADER)
-            .map(|v| v.as_bytes());
-        if !crate::auth::check(bearer, proxy, want) {
-            granted = Some(artifacts::grant_of(app, bearer, proxy)?);
-        }
-    }
+    let granted = authenticate(app, &req)?;
     authed.store(true, Ordering::Release);
     if granted.is_some() && route.is_err() {
         return Err(app.grants.refuse(Error::Forbidden(
@@ -278,6 +269,36 @@ async fn dispatch(
     if let Some(g) = granted {
         artifacts::check_granted(app, &g, &route, req.method(), &q)?;
     }
+    route_to(app, route, req, &q).await
+}
+
+/// Checks the request's token: the shim's own lets it through (`None`), a read grant's gives
+/// that grant (for the caller to hold the request to); anything else is refused.
+fn authenticate(
+    app: &App,
+    req: &Request<Incoming>,
+) -> Result<Option<crate::grants::Granted>, Error> {
+    let Some(want) = &app.token_sha256 else {
+        return Ok(None);
+    };
+    let headers = req.headers();
+    let bearer = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+    let proxy = headers
+        .get(protocol::token::PROXY_HEADER)
+        .map(|v| v.as_bytes());
+    if crate::auth::check(bearer, proxy, want) {
+        return Ok(None);
+    }
+    artifacts::grant_of(app, bearer, proxy).map(Some)
+}
+
+/// Runs the handler of an authenticated request's `route`, once its method is one the route takes.
+async fn route_to(
+    app: &Arc<App>,
+    route: Route<'_>,
+    req: Request<Incoming>,
+    q: &body::Query,
+) -> Result<Response<Body>, Error> {
     let method = req.method().clone();
     let only = |m: Method, allow: &'static str| {
         if method == m {
@@ -290,38 +311,24 @@ async fn dispatch(
         Route::Healthz => Err(Error::MethodNotAllowed("GET")),
         Route::Info => {
             only(Method::GET, "GET")?;
-            let info = protocol::Info {
-                protocol: protocol::PROTOCOL_VERSION,
-                version: env!("CARGO_PKG_VERSION").to_owned(),
-                boot_id: app.boot_id.clone(),
-            };
-            Ok(body::json(StatusCode::OK, &info))
+            Ok(info(app))
         }
         Route::Metrics => {
             only(Method::GET, "GET")?;
-            let mut r = Response::new(body::full(app.metrics.render(
-                &app.table,
-                &app.grants,
-                &app.pulls,
-            )));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-            );
-            Ok(r)
+            Ok(metrics(app))
         }
         Route::Processes => {
             only(Method::GET, "GET")?;
             Ok(process::list(app))
         }
-        Route::Process(id) => process::process(app, id, req, &q).await,
+        Route::Process(id) => process::process(app, id, req, q).await,
         Route::Output(id) => {
             only(Method::GET, "GET")?;
-            output::handle(app, id, &q)
+            output::handle(app, id, q)
         }
         Route::Stdin(id) => {
             only(Method::POST, "POST")?;
-            process::stdin(app, id, req, &q).await
+            process::stdin(app, id, req, q).await
         }
         Route::Signal(id) => {
             only(Method::POST, "POST")?;
@@ -331,7 +338,7 @@ async fn dispatch(
             only(Method::POST, "POST")?;
             process::resize(app, id, req).await
         }
-        Route::Files => files::handle(req, &q, app.same_owner, &app.files).await,
+        Route::Files => files::handle(req, q, app.same_owner, &app.files).await,
         Route::Grants => artifacts::grants(app, req).await,
         Route::Grant(id) => {
             only(Method::DELETE, "DELETE")?;
@@ -347,8 +354,32 @@ async fn dispatch(
                 },
             ))
         }
-        Route::Pull(id) => artifacts::pull(app, id, req, &q).await,
+        Route::Pull(id) => artifacts::pull(app, id, req, q).await,
     }
+}
+
+/// `GET /v1/info`: the protocol version, the shim's version and this start's boot id.
+fn info(app: &App) -> Response<Body> {
+    let info = protocol::Info {
+        protocol: protocol::PROTOCOL_VERSION,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        boot_id: app.boot_id.clone(),
+    };
+    body::json(StatusCode::OK, &info)
+}
+
+/// `GET /metrics`: Prometheus text.
+fn metrics(app: &App) -> Response<Body> {
+    let mut r = Response::new(body::full(app.metrics.render(
+        &app.table,
+        &app.grants,
+        &app.pulls,
+    )));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    r
 }
 
 /// `GET /healthz`, answered before authentication: 200 while serving, 503 once shutdown began.
