@@ -109,6 +109,28 @@ impl Unpacker<'_> {
             created => created,
         }
         .map_err(|e| fail("creating", e))?;
+        self.contents(shown, &mut file, size, data)?;
+        self.stats.bytes += size;
+        let learned = learn(parent, &file, mode).map_err(|e| fail("inspecting", e))?;
+        let mut meta = meta;
+        if meta.owner == Some(learned.owner) {
+            meta.owner = None;
+        }
+        // Without a chown, and with a mode that creation keeps, the file has its mode already.
+        let set_mode = meta.mode != mode || learned.kept_mode != Some(mode);
+        apply(&file, Path::new(shown), &meta, set_mode)
+    }
+
+    /// Streams a file's `size` bytes of contents from `data` into `file` a buffer at a time
+    /// (straight to the disk when `size` is at least `direct_min`); refused if `data` ends first.
+    fn contents(
+        &mut self,
+        shown: &str,
+        file: &mut File,
+        size: u64,
+        data: &mut impl Read,
+    ) -> Result<(), FilesError> {
+        let fail = |e| io_err("writing", shown, e);
         // The buffer's window aligned for direct I/O (the whole buffer, unaligned, if that fails:
         // direct writes then answer `EINVAL` and the file goes through the page cache).
         let at = self.buf.as_ptr().align_offset(ALIGN).min(ALIGN);
@@ -118,42 +140,11 @@ impl Unpacker<'_> {
         let (mut copied, mut hole_at_end) = (0u64, false);
         loop {
             // A whole buffer at a time: direct writes need aligned lengths.
-            let mut n = 0;
-            while n < buf.len() {
-                match data.read(&mut buf[n..]) {
-                    Ok(0) => break,
-                    Ok(k) => n += k,
-                    Err(err) if err.kind() == ErrorKind::Interrupted => {}
-                    Err(err) => return Err(corrupt(err)),
-                }
-            }
+            let n = fill(data, buf)?;
             if n == 0 {
                 break;
             }
-            // Runs of whole pieces, each run of zeros skipped with one seek, each of data one write.
-            let mut at = 0;
-            while at < n {
-                let piece = |from: usize| &buf[from..(from + HOLE).min(n)];
-                let hole = is_hole(piece(at));
-                let mut end = (at + HOLE).min(n);
-                while end < n && is_hole(piece(end)) == hole {
-                    end = (end + HOLE).min(n);
-                }
-                if hole {
-                    file.seek(SeekFrom::Current((end - at) as i64))
-                        .map_err(|e| fail("writing", e))?;
-                } else {
-                    if direct && (end - at) % ALIGN != 0 {
-                        // The unaligned tail goes through the page cache.
-                        direct = false;
-                        set_direct(file.as_fd(), false).map_err(|e| fail("writing", e))?;
-                    }
-                    write_chunk(&mut file, &buf[at..end], &mut direct)
-                        .map_err(|e| fail("writing", e))?;
-                }
-                hole_at_end = hole;
-                at = end;
-            }
+            hole_at_end = write_runs(file, &buf[..n], &mut direct).map_err(fail)?;
             copied += n as u64;
             if n < buf.len() {
                 break;
@@ -167,27 +158,66 @@ impl Unpacker<'_> {
         }
         if hole_at_end {
             // The size a trailing seek did not give the file.
-            file.set_len(copied).map_err(|e| fail("writing", e))?;
+            file.set_len(copied).map_err(fail)?;
         }
-        self.stats.bytes += copied;
-        let learned = match parent.learned.get() {
-            Some(learned) => learned,
-            None => {
-                let st = file.metadata().map_err(|e| fail("inspecting", e))?;
-                let learned = Learned {
-                    owner: (st.uid(), st.gid()),
-                    kept_mode: (st.mode() & 0o7777 == mode).then_some(mode),
-                };
-                parent.learned.set(Some(learned));
-                learned
-            }
-        };
-        let mut meta = meta;
-        if meta.owner == Some(learned.owner) {
-            meta.owner = None;
-        }
-        // Without a chown, and with a mode that creation keeps, the file has its mode already.
-        let set_mode = meta.mode != mode || learned.kept_mode != Some(mode);
-        apply(&file, Path::new(shown), &meta, set_mode)
+        Ok(())
     }
+}
+
+/// Reads from `data` until `buf` is full or the data ends; the bytes read.
+fn fill(data: &mut impl Read, buf: &mut [u8]) -> Result<usize, FilesError> {
+    let mut n = 0;
+    while n < buf.len() {
+        match data.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(err) if err.kind() == ErrorKind::Interrupted => {}
+            Err(err) => return Err(corrupt(err)),
+        }
+    }
+    Ok(n)
+}
+
+/// Writes `buf` at the file's offset in runs of whole [`HOLE`]-sized pieces: each run of zeros
+/// skipped with one seek, each run of data one write (an unaligned tail turns `direct` off);
+/// whether it ended in a hole.
+fn write_runs(file: &mut File, buf: &[u8], direct: &mut bool) -> io::Result<bool> {
+    let n = buf.len();
+    let (mut at, mut hole_at_end) = (0, false);
+    while at < n {
+        let piece = |from: usize| &buf[from..(from + HOLE).min(n)];
+        let hole = is_hole(piece(at));
+        let mut end = (at + HOLE).min(n);
+        while end < n && is_hole(piece(end)) == hole {
+            end = (end + HOLE).min(n);
+        }
+        if hole {
+            file.seek(SeekFrom::Current((end - at) as i64))?;
+        } else {
+            if *direct && !(end - at).is_multiple_of(ALIGN) {
+                // The unaligned tail goes through the page cache.
+                *direct = false;
+                set_direct(file.as_fd(), false)?;
+            }
+            write_chunk(file, &buf[at..end], direct)?;
+        }
+        hole_at_end = hole;
+        at = end;
+    }
+    Ok(hole_at_end)
+}
+
+/// What a file created in `parent` gets, asked of the first one (`file`, created with `mode`)
+/// and remembered for the rest.
+fn learn(parent: &Parent, file: &File, mode: u32) -> io::Result<Learned> {
+    if let Some(learned) = parent.learned.get() {
+        return Ok(learned);
+    }
+    let st = file.metadata()?;
+    let learned = Learned {
+        owner: (st.uid(), st.gid()),
+        kept_mode: (st.mode() & 0o7777 == mode).then_some(mode),
+    };
+    parent.learned.set(Some(learned));
+    Ok(learned)
 }
