@@ -67,7 +67,7 @@ pub enum FilesError {
     /// operation and at most the path involved.
     #[error("{context}")]
     Io {
-        /// What was being done, e.g. `creating /work/out/a.txt`.
+        /// What was being done, e.g. `creating /build/out/a.txt`.
         context: String,
         /// The underlying failure.
         #[source]

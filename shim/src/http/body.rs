@@ -1,4 +1,4 @@
-//! Response bodies and request helpers shared by the handlers: JSON and error answers, a body fed by a
+//! Response bodies and request parsing shared by the handlers: JSON and error answers, a body fed by a
 //! channel (for streams produced by a task), bounded JSON request bodies, and query parameters.
 
 use std::pin::Pin;

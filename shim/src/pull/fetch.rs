@@ -210,7 +210,7 @@ impl<'a> Fetch<'a> {
     }
 
     /// Reads stream bytes into `buf` (never past `limit` of the stream), hashing them; a failed
-    /// connection is dropped and `Ok(0)` asks the caller to go round again.
+    /// connection is dropped and `Ok(0)` asks the caller to try again.
     fn receive(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let Some(conn) = &mut self.conn else {
             self.connect()?;
@@ -280,7 +280,7 @@ impl Read for Fetch<'_> {
         if buf.is_empty() {
             return Ok(0);
         }
-        // Bounded: each round either returns, makes progress or counts a failure.
+        // Bounded: each pass either returns, makes progress or counts a failure.
         loop {
             if let Some(total) = self.total {
                 let keep_from = total - TAIL;
