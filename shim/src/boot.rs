@@ -60,7 +60,7 @@ pub(crate) fn connection_cap(limit: u64, reserve: u64) -> usize {
     usize::try_from(most).unwrap_or(usize::MAX).max(4)
 }
 
-/// The listening socket, with [`BACKLOG`].
+/// The listening socket, with `BACKLOG`.
 pub fn listen(addr: SocketAddr) -> io::Result<tokio::net::TcpListener> {
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?

@@ -121,9 +121,9 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// Reads the configuration from environment pairs and command-line arguments (without argv[0]).
-    /// Flags (`--name value` or `--name=value`) override variables. Names, flags and defaults come
-    /// from `protocol::settings`, the table PROTOCOL.md section 7 documents.
+    /// Reads the configuration from environment pairs and command-line arguments (without
+    /// `argv[0]`). Flags (`--name value` or `--name=value`) override variables. Names, flags and
+    /// defaults come from `protocol::settings`, the table PROTOCOL.md section 7 documents.
     pub fn from_sources(
         env: impl IntoIterator<Item = (String, String)>,
         args: impl IntoIterator<Item = String>,

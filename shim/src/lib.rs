@@ -3,7 +3,7 @@
 //! for re-attachment, feed their stdin, signal and resize them, reap everything, and move files.
 //!
 //! # Layout
-//! Every module is private to the crate except `logging`; the public surface is listed below it.
+//! Every module is private to the crate except `logging` (see "Public surface" below).
 //! - `config`: `STEPSHIM_*` variables and flags (names and defaults in `protocol::settings`),
 //!   validated once.
 //! - `boot`: process-wide settings, the listener, the ready file, signals, `stepshim install`.

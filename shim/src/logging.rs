@@ -90,7 +90,7 @@ pub(crate) fn format_line(
 }
 
 /// Writes one event if its level is enabled: errors and warnings at once, finer lines behind while a
-/// [`flusher`] runs (see `behind`). Logging never takes the shim down: a closed stderr is ignored.
+/// `flusher` runs (see `behind`). Logging never takes the shim down: a closed stderr is ignored.
 pub fn emit(level: Level, target: &str, message: &dyn fmt::Display, fields: &[(&str, Value<'_>)]) {
     if !enabled(level) {
         return;
