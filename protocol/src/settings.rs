@@ -1,6 +1,7 @@
 //! The shim's settings as both sides spell them (PROTOCOL.md section 7): every `STEPSHIM_*` variable,
 //! its flag and its default, the port and the probe path. The shim parses them from this table
-//! (`shim/src/config.rs`); the controller and the test harness set them by these names. A test holds
+//! (`shim/src/config.rs`) and writes no default of its own: every cap it uses, in its tests too,
+//! is parsed from here. The controller and the test harness set them by these names. A test holds
 //! the table and PROTOCOL.md's table to each other.
 
 /// The port a shim serves on in a step pod.

@@ -5,7 +5,7 @@
 
 /// Whether the request's `Authorization` value (`bearer`) or its `X-Stepshim-Token` value (`proxy`)
 /// carries a token whose SHA-256 is `want`.
-pub fn check(bearer: Option<&[u8]>, proxy: Option<&[u8]>, want: &[u8; 32]) -> bool {
+pub(crate) fn check(bearer: Option<&[u8]>, proxy: Option<&[u8]>, want: &[u8; 32]) -> bool {
     let from_bearer = bearer.and_then(|value| {
         value
             .get(..7)

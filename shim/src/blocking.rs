@@ -6,13 +6,13 @@
 use tokio::sync::oneshot;
 
 /// Runs `work` on the blocking pool without waiting for it.
-pub fn detach(work: Box<dyn FnOnce() + Send>) {
+pub(crate) fn detach(work: Box<dyn FnOnce() + Send>) {
     drop(tokio::task::spawn_blocking(work));
 }
 
 /// Starts `work` on the blocking pool at once; the future returned gives its result, `None` when
 /// it never finished (it panicked, or the runtime is shutting down).
-pub fn run<T: Send + 'static>(
+pub(crate) fn run<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> impl Future<Output = Option<T>> {
     let (tx, rx) = oneshot::channel();

@@ -55,12 +55,12 @@ pub fn process_settings(config: &mut Config) {
 /// The most connections an open-file `limit` allows: the limit less `reserve` descriptors kept for
 /// processes' pipes, spill files, transfers and pulls (so a connection flood cannot starve a
 /// spawn), the reserve being at most half the limit (a small limit is shared half and half).
-pub fn connection_cap(limit: u64, reserve: u64) -> usize {
+pub(crate) fn connection_cap(limit: u64, reserve: u64) -> usize {
     let most = limit - reserve.min(limit / 2);
     usize::try_from(most).unwrap_or(usize::MAX).max(4)
 }
 
-/// The listening socket, with [`BACKLOG`].
+/// The listening socket, with `BACKLOG`.
 pub fn listen(addr: SocketAddr) -> io::Result<tokio::net::TcpListener> {
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?

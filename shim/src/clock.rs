@@ -3,7 +3,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Formats a time as `2026-11-22T10:00:00.123Z`.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let ms = t
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)

@@ -1,6 +1,7 @@
 //! Shim configuration from `STEPSHIM_*` variables and the equivalent flags, read through one function
 //! that tests feed directly. Invalid configuration is a [`ConfigError`]; `main` turns it into exit 64.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,86 +17,75 @@ pub struct Config {
     /// SHA-256 of the bearer token; `None` only with `insecure_no_auth`.
     pub token_sha256: Option<[u8; 32]>,
     /// Where output logs spill.
-    pub data_dir: PathBuf,
+    pub(crate) data_dir: PathBuf,
     /// Shutdown grace before SIGKILL.
-    pub grace: Duration,
+    pub(crate) grace: Duration,
     /// Drain window after a process is reaped.
-    pub drain: Duration,
+    pub(crate) drain: Duration,
     /// Output bytes kept in memory across all processes.
-    pub memory_bytes: u64,
+    pub(crate) memory_bytes: u64,
     /// Log level filter.
     pub log_level: crate::logging::Level,
     /// How long info and finer log lines may wait to be written together (`STEPSHIM_LOG_FLUSH_MS`).
-    pub log_flush: Duration,
+    pub(crate) log_flush: Duration,
     /// Where to write the listen address once serving (`STEPSHIM_READY_FILE`).
     pub ready_file: Option<PathBuf>,
     /// The starter whose end stops the shim (`STEPSHIM_PARENT_PID`).
     pub parent_pid: Option<i32>,
     /// Processes remembered at once (running or exited and not deleted); spawns beyond answer 503.
-    pub max_processes: usize,
+    pub(crate) max_processes: usize,
     /// Bytes of a spawn spec's path, args, env, dir and user together; larger specs answer 413.
-    pub max_spec_bytes: usize,
+    pub(crate) max_spec_bytes: usize,
     /// Open connections at once; beyond it the oldest connection without a valid token is closed,
     /// or, if every connection has presented one, the new connection is.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Descriptors of the open-file limit kept out of `max_connections` (see `boot`).
-    pub fd_reserve: u64,
+    pub(crate) fd_reserve: u64,
     /// Bytes of a request's line and headers together.
-    pub max_header_bytes: usize,
+    pub(crate) max_header_bytes: usize,
     /// How long a connection may stay open without presenting a valid token.
-    pub auth_timeout: Duration,
+    pub(crate) auth_timeout: Duration,
     /// `oom_score_adj` given to every process spawned (-1000 to 1000).
-    pub oom_score_adj: i32,
+    pub(crate) oom_score_adj: i32,
     /// Caps of `PUT`/`GET /v1/files`.
-    pub files: FilesSettings,
+    pub(crate) files: FilesSettings,
     /// Caps of grants and pulls.
-    pub artifacts: ArtifactsSettings,
+    pub(crate) artifacts: ArtifactsSettings,
 }
 
 /// Caps of grants and pulls (PROTOCOL.md 4.9, 4.10 and 7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ArtifactsSettings {
+pub(crate) struct ArtifactsSettings {
     /// Grants registered at once (`STEPSHIM_MAX_GRANTS`).
-    pub max_grants: usize,
+    pub(crate) max_grants: usize,
     /// Pulls running at once (`STEPSHIM_MAX_PULLS`).
-    pub max_pulls: usize,
+    pub(crate) max_pulls: usize,
     /// Attempts in a row without progress before a pull fails (`STEPSHIM_PULL_RETRIES`).
-    pub pull_retries: u32,
-}
-
-impl Default for ArtifactsSettings {
-    fn default() -> Self {
-        ArtifactsSettings {
-            max_grants: 64,
-            max_pulls: 8,
-            pull_retries: 8,
-        }
-    }
+    pub(crate) pull_retries: u32,
 }
 
 /// Caps of file transfers (PROTOCOL.md 4.8 and 7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FilesSettings {
+pub(crate) struct FilesSettings {
     /// Bytes of one upload's tar stream, and the largest apparent size of one file in it.
-    pub max_bytes: u64,
+    pub(crate) max_bytes: u64,
     /// Bytes of one extension header (GNU long name or link, pax header) of an upload.
-    pub max_header_bytes: u64,
+    pub(crate) max_header_bytes: u64,
     /// Files at least this large are written with direct I/O (0: never).
-    pub direct_min: u64,
+    pub(crate) direct_min: u64,
     /// File transfers (either direction) running at once; more are answered 503.
-    pub max_concurrent: usize,
+    pub(crate) max_concurrent: usize,
     /// How long a transfer may go without its body moving before it is abandoned.
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
 }
 
-impl Default for FilesSettings {
-    fn default() -> Self {
-        FilesSettings {
-            max_bytes: 8 << 30,
-            max_header_bytes: 64 << 10,
-            direct_min: crate::files::Limits::default().direct_min,
-            max_concurrent: 8,
-            idle_timeout: Duration::from_secs(60),
+impl FilesSettings {
+    /// The caps one upload or pull is extracted under.
+    pub(crate) fn limits(&self) -> crate::files::Limits {
+        crate::files::Limits {
+            max_bytes: self.max_bytes,
+            max_header_bytes: self.max_header_bytes,
+            direct_min: self.direct_min,
         }
     }
 }
@@ -131,14 +121,66 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// Reads the configuration from environment pairs and command-line arguments (without argv[0]).
-    /// Flags (`--name value` or `--name=value`) override variables. Names, flags and defaults come
-    /// from `protocol::settings`, the table PROTOCOL.md section 7 documents.
+    /// Reads the configuration from environment pairs and command-line arguments (without
+    /// `argv[0]`). Flags (`--name value` or `--name=value`) override variables. Names, flags and
+    /// defaults come from `protocol::settings`, the table PROTOCOL.md section 7 documents.
     pub fn from_sources(
         env: impl IntoIterator<Item = (String, String)>,
         args: impl IntoIterator<Item = String>,
     ) -> Result<Config, ConfigError> {
-        let mut vals: std::collections::HashMap<&'static str, String> = env
+        let v = Values::collect(env, args)?;
+        let listen = parse(v.get(S::LISTEN).unwrap_or_default(), S::LISTEN)?;
+        let token_sha256 = v.token()?;
+        let data_dir = v.data_dir()?;
+        let log_level = v.log_level()?;
+        let tiny = Duration::from_nanos(1);
+        Ok(Config {
+            max_processes: v.ranged(S::MAX_PROCESSES, 1, 1 << 20)? as usize,
+            max_spec_bytes: v.ranged(S::MAX_SPEC_BYTES, 1024, 1 << 20)? as usize,
+            max_connections: v.ranged(S::MAX_CONNECTIONS, 4, 1 << 20)? as usize,
+            fd_reserve: v.ranged(S::FD_RESERVE, 0, 1 << 30)? as u64,
+            max_header_bytes: v.ranged(S::MAX_HEADER_BYTES, 8 << 10, 1 << 20)? as usize,
+            auth_timeout: v.secs(S::AUTH_TIMEOUT_SECONDS, tiny)?,
+            oom_score_adj: v.ranged(S::OOM_SCORE_ADJ, -1000, 1000)? as i32,
+            listen,
+            token_sha256,
+            data_dir,
+            grace: v.secs(S::GRACE_SECONDS, Duration::ZERO)?,
+            drain: v.secs(S::DRAIN_SECONDS, Duration::ZERO)?,
+            memory_bytes: parse(v.get(S::MEMORY_BYTES).unwrap_or_default(), S::MEMORY_BYTES)?,
+            log_level,
+            log_flush: Duration::from_millis(v.ranged(S::LOG_FLUSH_MS, 0, 10_000)? as u64),
+            ready_file: v.get(S::READY_FILE).map(PathBuf::from),
+            parent_pid: match v.get(S::PARENT_PID) {
+                Some(_) => Some(v.ranged(S::PARENT_PID, 1, i64::from(i32::MAX))? as i32),
+                None => None,
+            },
+            files: FilesSettings {
+                max_bytes: v.ranged(S::FILES_MAX_BYTES, 1, i64::MAX)? as u64,
+                max_header_bytes: v.ranged(S::FILES_MAX_HEADER_BYTES, 1, i64::MAX)? as u64,
+                direct_min: v.ranged(S::FILES_DIRECT_MIN_BYTES, 0, i64::MAX)? as u64,
+                max_concurrent: v.ranged(S::FILES_MAX_CONCURRENT, 1, 1 << 20)? as usize,
+                idle_timeout: v.secs(S::FILES_IDLE_TIMEOUT, tiny)?,
+            },
+            artifacts: ArtifactsSettings {
+                max_grants: v.ranged(S::MAX_GRANTS, 1, 1 << 16)? as usize,
+                max_pulls: v.ranged(S::MAX_PULLS, 1, 1024)? as usize,
+                pull_retries: v.ranged(S::PULL_RETRIES, 0, 1000)? as u32,
+            },
+        })
+    }
+}
+
+/// The settings given, by variable name: the environment's, with flags over them.
+struct Values(HashMap<&'static str, String>);
+
+impl Values {
+    /// Collects the `STEPSHIM_*` variables of `env`, then the flags of `args` over them.
+    fn collect(
+        env: impl IntoIterator<Item = (String, String)>,
+        args: impl IntoIterator<Item = String>,
+    ) -> Result<Values, ConfigError> {
+        let mut vals: HashMap<&'static str, String> = env
             .into_iter()
             .filter_map(|(k, v)| S::by_var(&k).map(|s| (s.var, v)))
             .collect();
@@ -162,112 +204,114 @@ impl Config {
             };
             vals.insert(var, value);
         }
-        let set = |n: &str| vals.get(n).map(String::as_str).filter(|v| !v.is_empty());
-        // A setting's value, else its documented default (`None` if it has none).
-        let get = |n: &'static str| {
-            set(n).or_else(|| S::by_var(n).map(|s| s.default).filter(|d| !d.is_empty()))
-        };
-        let listen = parse(get(S::LISTEN).unwrap_or_default(), S::LISTEN)?;
-        let token_sha256 = match (get(S::TOKEN_SHA256), get(S::TOKEN_SHA256_FILE)) {
-            (Some(hex), _) => Some(parse_hex(hex.trim(), S::TOKEN_SHA256)?),
-            (None, Some(path)) => {
-                let text =
-                    std::fs::read_to_string(path).map_err(|source| ConfigError::TokenFile {
-                        path: path.to_owned(),
-                        source,
-                    })?;
-                Some(parse_hex(text.trim(), S::TOKEN_SHA256_FILE)?)
-            }
-            (None, None) => match get(S::INSECURE_NO_AUTH) {
-                Some("1") | Some("true") => None,
-                _ => return Err(ConfigError::NoToken),
+        Ok(Values(vals))
+    }
+
+    /// A setting's value, else its documented default (`None` if it has none). An empty value
+    /// counts as not given.
+    fn get(&self, name: &str) -> Option<&str> {
+        let given = self
+            .0
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty());
+        given.or_else(|| S::by_var(name).map(|s| s.default).filter(|d| !d.is_empty()))
+    }
+
+    /// Seconds within [lo, 3600], decimal fractions allowed.
+    fn secs(&self, name: &'static str, lo: Duration) -> Result<Duration, ConfigError> {
+        let text = self.get(name).unwrap_or_default();
+        protocol::query::parse_seconds(text.trim())
+            .filter(|d| *d >= lo && d.as_secs() <= 3600)
+            .ok_or(ConfigError::Invalid {
+                name,
+                reason: if lo.is_zero() {
+                    format!("{text:?}: must be 0 to 3600 seconds")
+                } else {
+                    format!("{text:?}: must be more than 0 and at most 3600 seconds")
+                },
+            })
+    }
+
+    /// An integer within [lo, hi].
+    fn ranged(&self, name: &'static str, lo: i64, hi: i64) -> Result<i64, ConfigError> {
+        let v: i64 = parse(self.get(name).unwrap_or_default(), name)?;
+        if (lo..=hi).contains(&v) {
+            Ok(v)
+        } else {
+            Err(ConfigError::Invalid {
+                name,
+                reason: format!("must be {lo} to {hi}"),
+            })
+        }
+    }
+
+    /// The token's SHA-256: given, or read from its file; `None` only with the explicit opt-out.
+    fn token(&self) -> Result<Option<[u8; 32]>, ConfigError> {
+        Ok(
+            match (self.get(S::TOKEN_SHA256), self.get(S::TOKEN_SHA256_FILE)) {
+                (Some(hex), _) => Some(parse_hex(hex.trim(), S::TOKEN_SHA256)?),
+                (None, Some(path)) => {
+                    let text =
+                        std::fs::read_to_string(path).map_err(|source| ConfigError::TokenFile {
+                            path: path.to_owned(),
+                            source,
+                        })?;
+                    Some(parse_hex(text.trim(), S::TOKEN_SHA256_FILE)?)
+                }
+                (None, None) => match self.get(S::INSECURE_NO_AUTH) {
+                    Some("1") | Some("true") => None,
+                    _ => return Err(ConfigError::NoToken),
+                },
             },
-        };
-        let data_dir = PathBuf::from(get(S::DATA_DIR).unwrap_or_default());
+        )
+    }
+
+    /// The data directory, which must be absolute.
+    fn data_dir(&self) -> Result<PathBuf, ConfigError> {
+        let data_dir = PathBuf::from(self.get(S::DATA_DIR).unwrap_or_default());
         if !data_dir.is_absolute() {
             return Err(ConfigError::Invalid {
                 name: S::DATA_DIR,
                 reason: "must be absolute".into(),
             });
         }
-        // Seconds within [lo, 3600], decimal fractions allowed.
-        let secs = |name: &'static str, lo: Duration| -> Result<Duration, ConfigError> {
-            let text = get(name).unwrap_or_default();
-            protocol::query::parse_seconds(text.trim())
-                .filter(|d| *d >= lo && d.as_secs() <= 3600)
-                .ok_or(ConfigError::Invalid {
-                    name,
-                    reason: if lo.is_zero() {
-                        format!("{text:?}: must be 0 to 3600 seconds")
-                    } else {
-                        format!("{text:?}: must be more than 0 and at most 3600 seconds")
-                    },
-                })
-        };
-        let log_level = match get(S::LOG)
-            .unwrap_or_default()
-            .to_ascii_lowercase()
-            .as_str()
-        {
-            "error" => crate::logging::Level::Error,
-            "warn" => crate::logging::Level::Warn,
-            "info" => crate::logging::Level::Info,
-            "debug" => crate::logging::Level::Debug,
-            "trace" => crate::logging::Level::Trace,
-            other => {
-                return Err(ConfigError::Invalid {
-                    name: S::LOG,
-                    reason: format!("unknown level {other:?}"),
-                });
-            }
-        };
-        // An integer within [lo, hi].
-        let ranged = |name: &'static str, lo: i64, hi: i64| -> Result<i64, ConfigError> {
-            let v: i64 = parse(get(name).unwrap_or_default(), name)?;
-            if (lo..=hi).contains(&v) {
-                Ok(v)
-            } else {
-                Err(ConfigError::Invalid {
-                    name,
-                    reason: format!("must be {lo} to {hi}"),
-                })
-            }
-        };
-        let tiny = Duration::from_nanos(1);
-        Ok(Config {
-            max_processes: ranged(S::MAX_PROCESSES, 1, 1 << 20)? as usize,
-            max_spec_bytes: ranged(S::MAX_SPEC_BYTES, 1024, 1 << 20)? as usize,
-            max_connections: ranged(S::MAX_CONNECTIONS, 4, 1 << 20)? as usize,
-            fd_reserve: ranged(S::FD_RESERVE, 0, 1 << 30)? as u64,
-            max_header_bytes: ranged(S::MAX_HEADER_BYTES, 8 << 10, 1 << 20)? as usize,
-            auth_timeout: secs(S::AUTH_TIMEOUT_SECONDS, tiny)?,
-            oom_score_adj: ranged(S::OOM_SCORE_ADJ, -1000, 1000)? as i32,
-            listen,
-            token_sha256,
-            data_dir,
-            grace: secs(S::GRACE_SECONDS, Duration::ZERO)?,
-            drain: secs(S::DRAIN_SECONDS, Duration::ZERO)?,
-            memory_bytes: parse(get(S::MEMORY_BYTES).unwrap_or_default(), S::MEMORY_BYTES)?,
-            log_level,
-            log_flush: Duration::from_millis(ranged(S::LOG_FLUSH_MS, 0, 10_000)? as u64),
-            ready_file: get(S::READY_FILE).map(PathBuf::from),
-            parent_pid: match get(S::PARENT_PID) {
-                Some(_) => Some(ranged(S::PARENT_PID, 1, i64::from(i32::MAX))? as i32),
-                None => None,
+        Ok(data_dir)
+    }
+
+    /// The log level, by name in any case.
+    fn log_level(&self) -> Result<crate::logging::Level, ConfigError> {
+        use crate::logging::Level;
+        Ok(
+            match self
+                .get(S::LOG)
+                .unwrap_or_default()
+                .to_ascii_lowercase()
+                .as_str()
+            {
+                "error" => Level::Error,
+                "warn" => Level::Warn,
+                "info" => Level::Info,
+                "debug" => Level::Debug,
+                "trace" => Level::Trace,
+                other => {
+                    return Err(ConfigError::Invalid {
+                        name: S::LOG,
+                        reason: format!("unknown level {other:?}"),
+                    });
+                }
             },
-            files: FilesSettings {
-                max_bytes: ranged(S::FILES_MAX_BYTES, 1, i64::MAX)? as u64,
-                max_header_bytes: ranged(S::FILES_MAX_HEADER_BYTES, 1, i64::MAX)? as u64,
-                direct_min: ranged(S::FILES_DIRECT_MIN_BYTES, 0, i64::MAX)? as u64,
-                max_concurrent: ranged(S::FILES_MAX_CONCURRENT, 1, 1 << 20)? as usize,
-                idle_timeout: secs(S::FILES_IDLE_TIMEOUT, tiny)?,
-            },
-            artifacts: ArtifactsSettings {
-                max_grants: ranged(S::MAX_GRANTS, 1, 1 << 16)? as usize,
-                max_pulls: ranged(S::MAX_PULLS, 1, 1024)? as usize,
-                pull_retries: ranged(S::PULL_RETRIES, 0, 1000)? as u32,
-            },
-        })
+        )
+    }
+}
+
+#[cfg(test)]
+impl Config {
+    /// The configuration from the documented defaults alone (and no token), for tests that need
+    /// the shim's usual caps.
+    pub(crate) fn defaults() -> Config {
+        let env = [(S::INSECURE_NO_AUTH.to_owned(), "1".to_owned())];
+        Config::from_sources(env, []).expect("the documented defaults parse")
     }
 }
 

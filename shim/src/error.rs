@@ -8,7 +8,7 @@ use crate::files::FilesError;
 
 /// Everything a request can fail with.
 #[derive(Debug, Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// No process has this id.
     #[error("no process with id {0:?}")]
     ProcessNotFound(String),
@@ -138,7 +138,7 @@ pub enum Error {
 
 impl Error {
     /// The protocol code, which also fixes the HTTP status.
-    pub fn code(&self) -> ErrorCode {
+    pub(crate) fn code(&self) -> ErrorCode {
         use Error::*;
         match self {
             ProcessNotFound(_) => ErrorCode::ProcessNotFound,
@@ -179,13 +179,13 @@ impl Error {
     }
 
     /// The error body sent to the client.
-    pub fn body(&self) -> protocol::ErrorBody {
+    pub(crate) fn body(&self) -> protocol::ErrorBody {
         self.code().body(self.to_string())
     }
 
     /// An I/O failure: 503 `unavailable` when the shim is out of a resource it may get back
     /// (descriptors, processes, memory), else internal.
-    pub fn io(context: &'static str, source: std::io::Error) -> Self {
+    pub(crate) fn io(context: &'static str, source: std::io::Error) -> Self {
         match source.raw_os_error() {
             Some(libc::EMFILE | libc::ENFILE | libc::EAGAIN | libc::ENOMEM) => {
                 Error::Unavailable(format!("{context}: out of resources ({source})"))
@@ -195,7 +195,7 @@ impl Error {
     }
 
     /// An internal error with context.
-    pub fn internal(context: &'static str, source: std::io::Error) -> Self {
+    pub(crate) fn internal(context: &'static str, source: std::io::Error) -> Self {
         Error::Internal { context, source }
     }
 }

@@ -1,5 +1,5 @@
 //! Files in and out (PROTOCOL.md 4.8): extracting an untrusted tar stream under a directory
-//! ([`extract`], in `files/unpack.rs`) and writing a tar stream of a path ([`archive`], in
+//! ([`extract_with`], in `files/unpack.rs`) and writing a tar stream of a path ([`archive`], in
 //! `files/pack.rs`). This file owns the error type and the checks on paths: the one a request names
 //! and the names inside a tar stream.
 //!
@@ -32,9 +32,12 @@ mod unpack;
 
 pub use beneath::Resolve;
 pub use guard::Limits;
-pub use pack::{ArchiveSource, archive, prepare_archive};
-pub use sink::Validator;
-pub use unpack::{ExtractStats, MAX_DEPTH, Options, extract, extract_with};
+#[cfg(test)]
+pub(crate) use pack::archive;
+pub(crate) use pack::prepare_archive;
+#[cfg(test)]
+pub(crate) use unpack::extract;
+pub use unpack::{ExtractStats, Options, extract_with};
 
 /// Errors of files in/out. Each variant maps to one wire error (PROTOCOL.md 4.8).
 #[derive(Debug, thiserror::Error)]
@@ -64,7 +67,7 @@ pub enum FilesError {
     /// operation and at most the path involved.
     #[error("{context}")]
     Io {
-        /// What was being done, e.g. `creating /work/out/a.txt`.
+        /// What was being done, e.g. `creating /build/out/a.txt`.
         context: String,
         /// The underlying failure.
         #[source]

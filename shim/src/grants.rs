@@ -17,16 +17,16 @@ use protocol::artifacts::{Grant, GrantRequest};
 use crate::error::Error;
 
 /// Longest lifetime of a grant.
-pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The grants of this shim.
 #[derive(Debug)]
-pub struct Grants {
+pub(crate) struct Grants {
     max: usize,
     inner: Mutex<Inner>,
     /// Requests with a grant's token refused since boot (expired, used up, another route or path),
     /// for `/metrics`.
-    pub refused: AtomicU64,
+    pub(crate) refused: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -63,14 +63,14 @@ impl Entry {
 
 /// A request authenticated by a grant: what it may read.
 #[derive(Debug, Clone)]
-pub struct Granted {
+pub(crate) struct Granted {
     id: String,
     path: String,
 }
 
 impl Grants {
     /// At most `max` grants at once (`STEPSHIM_MAX_GRANTS`).
-    pub fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         Grants {
             max,
             inner: Mutex::new(Inner::default()),
@@ -83,7 +83,7 @@ impl Grants {
     }
 
     /// Registers a grant; expired and used-up grants are pruned first to make room.
-    pub fn add(&self, req: GrantRequest) -> Result<Grant, Error> {
+    pub(crate) fn add(&self, req: GrantRequest) -> Result<Grant, Error> {
         let hash = protocol::token::parse_sha256_hex(&req.token_sha256)
             .ok_or_else(|| Error::BadRequest("token_sha256 must be 64 hex digits".into()))?;
         lexical(&req.path)?;
@@ -122,25 +122,25 @@ impl Grants {
     }
 
     /// Grants neither expired, used up nor revoked.
-    pub fn live(&self) -> usize {
+    pub(crate) fn live(&self) -> usize {
         let now = Instant::now();
         self.lock().list.iter().filter(|g| g.live(now)).count()
     }
 
     /// Counts one refused request bearing a grant's token; returns `err`.
-    pub fn refuse(&self, err: Error) -> Error {
+    pub(crate) fn refuse(&self, err: Error) -> Error {
         self.refused.fetch_add(1, Ordering::Relaxed);
         err
     }
 
     /// Every grant not revoked.
-    pub fn list(&self) -> Vec<Grant> {
+    pub(crate) fn list(&self) -> Vec<Grant> {
         let now = Instant::now();
         self.lock().list.iter().map(|g| g.report(now)).collect()
     }
 
     /// Revokes grant `id`.
-    pub fn revoke(&self, id: &str) -> Result<(), Error> {
+    pub(crate) fn revoke(&self, id: &str) -> Result<(), Error> {
         let mut inner = self.lock();
         let before = inner.list.len();
         inner.list.retain(|g| g.id != id);
@@ -152,7 +152,7 @@ impl Grants {
 
     /// The grant a token names: `None` when no grant has it, an error when it is expired or used
     /// up (revoked grants are gone: `None`).
-    pub fn authenticate(&self, token: &[u8]) -> Option<Result<Granted, Error>> {
+    pub(crate) fn authenticate(&self, token: &[u8]) -> Option<Result<Granted, Error>> {
         let token = token.trim_ascii();
         if token.is_empty() {
             return None;
@@ -175,7 +175,7 @@ impl Grants {
     }
 
     /// Checks that `granted` may read `path` and counts one use.
-    pub fn use_for(&self, granted: &Granted, path: &str) -> Result<(), Error> {
+    pub(crate) fn use_for(&self, granted: &Granted, path: &str) -> Result<(), Error> {
         let outside = || {
             Error::Forbidden(format!(
                 "{path} is outside the grant's path {}",

@@ -3,58 +3,85 @@
 //! for re-attachment, feed their stdin, signal and resize them, reap everything, and move files.
 //!
 //! # Layout
-//! - [`config`]: `STEPSHIM_*` variables and flags (named in `protocol::settings`), validated once.
-//! - [`boot`]: process-wide settings, the listener, the ready file, signals, `stepshim install`.
-//! - [`sys`]: the only `unsafe` code: fork/exec, waitpid, pty, signals, limits.
-//! - [`reaper`]: the single `waitpid` loop, routing exits by pid to the table.
-//! - [`table`]: processes by id and pid; spawn, delete, shutdown.
-//! - [`tree`]: the process tree from `/proc`: descendants, and what an exited leader left behind.
-//! - [`oom`]: children's `oom_score_adj` and the memory cgroup's OOM kill counter.
-//! - [`spawn`]: a spawn request turned into a child (path, env, user, dir, pipes or pty).
-//! - [`proc`]: one process: spec, log, stdin, tty, exit.
-//! - [`pump`]: copies a process's output into its log, drains, writes the exit frame.
-//! - [`log`]: the output log, memory then spill file, with boundary checks.
-//! - [`stdin`]: offset-idempotent stdin writes.
-//! - [`files`]: tar extraction (hostile input) and archiving.
-//! - [`grants`], [`pull`]: artifacts between shims: read grants on a source, pulls on a destination.
-//! - [`http`]: connections, auth, routing and handlers; [`auth`], [`metrics`], [`error`] serve it.
-//! - [`order`]: the shim's sorts, through one instantiation; [`blocking`]: work off the runtime
+//! Every module is private to the crate except `logging` (see "Public surface" below).
+//! - `config`: `STEPSHIM_*` variables and flags (names and defaults in `protocol::settings`),
+//!   validated once.
+//! - `boot`: process-wide settings, the listener, the ready file, signals, `stepshim install`.
+//! - `sys`: the only `unsafe` code: fork/exec, waitpid, pty, signals, limits.
+//! - `reaper`: the single `waitpid` loop, routing exits by pid to the table.
+//! - `table`: processes by id and pid; spawn, delete, shutdown.
+//! - `tree`: the process tree from `/proc`: descendants, and what an exited leader left behind.
+//! - `oom`: children's `oom_score_adj` and the memory cgroup's OOM kill counter.
+//! - `spawn`: a spawn request turned into a child (path, env, user, dir, pipes or pty).
+//! - `proc`: one process: spec, output log, stdin, tty, exit.
+//! - `pump`: copies a process's output into its output log, drains, writes the exit frame.
+//! - `output_log`: a process's output, memory then spill file, with frame boundary checks.
+//! - `stdin`: offset-idempotent stdin writes.
+//! - `files`: tar extraction (hostile input) and archiving.
+//! - `grants`, `pull`: artifacts between shims: read grants on a source, pulls on a destination.
+//! - `http`: connections, auth, routing and handlers; `auth`, `metrics`, `error` serve it.
+//! - `order`: the shim's sorts, through one instantiation; `blocking`: work off the runtime
 //!   thread, through one task type.
-//! - [`user`], [`clock`], [`logging`]: `/etc/passwd` lookups, RFC 3339 times, the log line writer.
+//! - `user`, `clock`: `/etc/passwd` lookups, RFC 3339 times.
+//! - [`logging`]: the shim's own diagnostics (not a process's output): the log line writer and its
+//!   `error!`/`warn!`/`info!`/`debug!` macros.
+//!
+//! # Public surface
+//! What `main.rs`, the fuzz target (`fuzz/`) and the integration tests (`tests/`) use, and
+//! nothing else, so the compiler reports whatever the shim itself no longer calls:
+//! [`run`] and the start-up steps `main.rs` sequences around it ([`process_settings`],
+//! [`listen`], [`announce`], [`stop_with_parent`], [`shutdown_signal`], [`install`]);
+//! [`Config`]; [`logging`]; [`extract`] (tar extraction, fuzzed); [`rename`] (`renameat2`, for
+//! the tests that race an extraction).
 
-pub mod auth;
-pub mod blocking;
-pub mod boot;
-pub mod clock;
-pub mod config;
-pub mod error;
-pub mod files;
-pub mod grants;
-pub mod http;
-pub mod log;
+mod auth;
+mod blocking;
+mod boot;
+mod clock;
+mod config;
+mod error;
+mod files;
+mod grants;
+mod http;
 pub mod logging;
-pub mod metrics;
-pub mod oom;
-pub mod order;
-pub mod proc;
-pub mod pull;
-pub mod pump;
-pub mod reaper;
-pub mod spawn;
-pub mod stdin;
-pub mod sys;
-pub mod table;
-pub mod tree;
-pub mod user;
+mod metrics;
+mod oom;
+mod order;
+mod output_log;
+mod proc;
+mod pull;
+mod pump;
+mod reaper;
+mod spawn;
+mod stdin;
+mod sys;
+mod table;
+mod tree;
+mod user;
 
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-pub use config::Config;
+// The steps `main.rs` sequences around `run`: process-wide settings, the listener, the ready
+// file, the starter's end and the shutdown signals, and the `stepshim install DEST` verb.
+pub use boot::{announce, install, listen, process_settings, shutdown_signal, stop_with_parent};
+pub use config::{Config, ConfigError};
+
+/// Extraction of an untrusted tar stream, as an upload runs it: public for the fuzz target, which
+/// checks that nothing lands outside the target directory.
+pub mod extract {
+    pub use crate::files::{ExtractStats, FilesError, Limits, Options, Resolve, extract_with};
+}
+
+/// `renameat2(2)` on directory fds: public for the tests that swap a directory and a symlink under
+/// a running extraction (the workspace allows `unsafe` only in the shim's `sys`).
+pub mod rename {
+    pub use crate::sys::fs::{Rename, rename_at};
+}
 
 /// A random id for this start of the shim.
-pub fn new_boot_id() -> String {
+fn new_boot_id() -> String {
     let random = || sys::fs::random_u64().ok();
     let (a, b) = match (random(), random()) {
         (Some(a), Some(b)) => (a, b),
@@ -71,7 +98,7 @@ pub fn new_boot_id() -> String {
 }
 
 /// The shim's environment minus `STEPSHIM_*`: the base of every process's environment.
-pub fn base_env() -> Vec<(String, String)> {
+fn base_env() -> Vec<(String, String)> {
     std::env::vars()
         .filter(|(k, _)| !k.starts_with("STEPSHIM_"))
         .collect()
@@ -86,7 +113,7 @@ pub async fn run(
 ) {
     let sigchld = reaper::install();
     let flusher = tokio::spawn(logging::flusher(config.log_flush));
-    let budget = Arc::new(log::Budget::new(config.memory_bytes));
+    let budget = Arc::new(output_log::Budget::new(config.memory_bytes));
     let settings = table::Settings {
         data_dir: config.data_dir.clone(),
         drain: config.drain,
@@ -100,17 +127,12 @@ pub async fn run(
     let table = Arc::new(table::Table::new(settings, budget, oom));
     let reaper = tokio::spawn(reaper::run(table.clone(), sigchld));
     let same_owner = sys::geteuid() == 0;
-    let app = Arc::new(
-        http::App::new(
-            table.clone(),
-            config.token_sha256,
-            new_boot_id(),
-            same_owner,
-            http::Limits::from(&config),
-        )
-        .with_files(config.files)
-        .with_artifacts(config.artifacts),
-    );
+    let app = Arc::new(http::App::new(
+        table.clone(),
+        &config,
+        new_boot_id(),
+        same_owner,
+    ));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(http::serve(listener, app.clone(), async {
         let _ = stop_rx.await;

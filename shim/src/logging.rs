@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 mod behind;
 
-pub use behind::{flush, flusher, stop};
+pub(crate) use behind::flusher;
+pub use behind::stop;
 
 /// Severity of an event; a logger at one level writes it and every more severe one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -28,7 +29,7 @@ pub enum Level {
 
 impl Level {
     /// The name in upper case, as written in a line.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Level::Error => "ERROR",
             Level::Warn => "WARN",
@@ -71,7 +72,7 @@ impl fmt::Debug for Value<'_> {
 }
 
 /// One line (without the newline): time, level, target, message, then each field as ` k=v`.
-pub fn format_line(
+pub(crate) fn format_line(
     level: Level,
     target: &str,
     message: &dyn fmt::Display,
@@ -89,7 +90,7 @@ pub fn format_line(
 }
 
 /// Writes one event if its level is enabled: errors and warnings at once, finer lines behind while a
-/// [`flusher`] runs (see `behind`). Logging never takes the shim down: a closed stderr is ignored.
+/// `flusher` runs (see `behind`). Logging never takes the shim down: a closed stderr is ignored.
 pub fn emit(level: Level, target: &str, message: &dyn fmt::Display, fields: &[(&str, Value<'_>)]) {
     if !enabled(level) {
         return;

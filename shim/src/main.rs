@@ -1,11 +1,11 @@
 //! The `stepshim` binary: reads configuration (exit 64 with one line if it is bad), sets up logging and
 //! process-wide settings, binds the listener and runs the shim until a shutdown signal.
-//! Every step lives in the library (`boot`, `run`); this file only sequences them and picks exit
-//! statuses.
+//! Every step lives in the library (its start-up steps and `run`); this file only sequences them
+//! and picks exit statuses.
 
 use std::process::ExitCode;
 
-use stepshim::{Config, boot};
+use stepshim::Config;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -13,7 +13,7 @@ fn main() -> ExitCode {
         let Some(dest) = args.get(1) else {
             return fail(64, "usage: stepshim install DEST");
         };
-        return match boot::install(dest) {
+        return match stepshim::install(dest) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(1, &format!("cannot install to {dest}: {e}")),
         };
@@ -23,9 +23,9 @@ fn main() -> ExitCode {
         Err(e) => return fail(64, &e.to_string()),
     };
     stepshim::logging::install(config.log_level);
-    boot::process_settings(&mut config);
+    stepshim::process_settings(&mut config);
     if let Some(parent) = config.parent_pid
-        && let Err(why) = boot::stop_with_parent(parent)
+        && let Err(why) = stepshim::stop_with_parent(parent)
     {
         return fail(69, &why);
     }
@@ -37,7 +37,7 @@ fn main() -> ExitCode {
         Err(e) => return fail(70, &format!("cannot start the runtime: {e}")),
     };
     runtime.block_on(async move {
-        let listener = match boot::listen(config.listen) {
+        let listener = match stepshim::listen(config.listen) {
             Ok(l) => l,
             Err(e) => return fail(64, &format!("cannot listen on {}: {e}", config.listen)),
         };
@@ -48,12 +48,12 @@ fn main() -> ExitCode {
         let auth = config.token_sha256.is_some();
         stepshim::info!(addr, auth, "stepshim listening");
         if let Some(path) = &config.ready_file
-            && let Err(e) = boot::announce(path, &addr)
+            && let Err(e) = stepshim::announce(path, &addr)
         {
             let why = format!("cannot write the ready file {}: {e}", path.display());
             return fail(73, &why);
         }
-        let Ok(shutdown) = boot::shutdown_signal() else {
+        let Ok(shutdown) = stepshim::shutdown_signal() else {
             return fail(70, "cannot watch the shutdown signals (signalfd)");
         };
         stepshim::run(config, listener, shutdown).await;

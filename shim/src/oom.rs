@@ -11,14 +11,14 @@ use std::path::{Path, PathBuf};
 /// and read with one `pread` at offset 0 (the kernel renders a cgroup file anew for a read from
 /// the start): every spawn reads the count as its baseline.
 #[derive(Debug, Default)]
-pub struct OomCounter {
+pub(crate) struct OomCounter {
     file: Option<(PathBuf, File)>,
 }
 
 impl OomCounter {
     /// Finds the counter of the cgroup the shim is in (from `/proc/self/cgroup`), under `root`
     /// (normally `/sys/fs/cgroup`); in a container with its own cgroup namespace the path is `/`.
-    pub fn locate(root: &Path) -> Self {
+    pub(crate) fn locate(root: &Path) -> Self {
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let mut candidates = Vec::new();
         for line in own.lines() {
@@ -43,12 +43,12 @@ impl OomCounter {
     }
 
     /// OOM kills counted so far, if the counter is readable.
-    pub fn read(&self) -> Option<u64> {
+    pub(crate) fn read(&self) -> Option<u64> {
         self.file.as_ref().and_then(|(_, f)| read_count(f))
     }
 
     /// The file read, for the log.
-    pub fn file(&self) -> Option<&Path> {
+    pub(crate) fn file(&self) -> Option<&Path> {
         self.file.as_ref().map(|(p, _)| p.as_path())
     }
 }
@@ -66,13 +66,13 @@ fn read_count(f: &File) -> Option<u64> {
 
 /// Sets a process's `oom_score_adj` (-1000 to 1000). Raising it needs no privilege for a process of
 /// the same user.
-pub fn set_score_adj(pid: i32, adj: i32) -> std::io::Result<()> {
+pub(crate) fn set_score_adj(pid: i32, adj: i32) -> std::io::Result<()> {
     std::fs::write(format!("/proc/{pid}/oom_score_adj"), adj.to_string())
 }
 
 /// Whether an exit looks like an OOM kill: `SIGKILL`, or status 137 from a shell whose child was
 /// killed.
-pub fn looks_killed(exit: &protocol::Exit) -> bool {
+pub(crate) fn looks_killed(exit: &protocol::Exit) -> bool {
     exit.signal == Some(libc::SIGKILL) || exit.code == Some(128 + libc::SIGKILL)
 }
 

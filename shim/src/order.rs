@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 
 /// Sorts `items` by `cmp`, stably (equal elements keep their order).
-pub fn sort_by<T>(items: Vec<T>, cmp: impl Fn(&T, &T) -> Ordering) -> Vec<T> {
+pub(crate) fn sort_by<T>(items: Vec<T>, cmp: impl Fn(&T, &T) -> Ordering) -> Vec<T> {
     let order = indices(items.len(), &|a, b| cmp(&items[a], &items[b]));
     let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
     order.into_iter().filter_map(|i| slots[i].take()).collect()

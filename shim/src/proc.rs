@@ -14,40 +14,40 @@ use tokio::sync::{oneshot, watch};
 
 use crate::clock::rfc3339;
 use crate::error::Error;
-use crate::log::OutputLog;
+use crate::output_log::OutputLog;
 use crate::stdin::Stdin;
 
 /// What a process reports to its table.
 #[derive(Debug)]
-pub struct Links {
+pub(crate) struct Links {
     /// The table's change counter, bumped when the exit frame is written.
-    pub events: Arc<watch::Sender<u64>>,
+    pub(crate) events: Arc<watch::Sender<u64>>,
     /// The memory cgroup's OOM kill count when the process started, if readable.
-    pub oom_kills_at_start: Option<u64>,
+    pub(crate) oom_kills_at_start: Option<u64>,
     /// The shim's copies of the write ends of the process's stdout and stderr pipes, closed when
     /// it is reaped. Without them the pipes would reach end of file as the exiting child closes
     /// its files, which wakes the shim (on a shared CPU, preempting the child before it can
     /// finish exiting) and again for SIGCHLD; with them one wake-up sees both.
-    pub writers: Option<(OwnedFd, OwnedFd)>,
+    pub(crate) writers: Option<(OwnedFd, OwnedFd)>,
 }
 
 /// A started process.
 #[derive(Debug)]
-pub struct Proc {
+pub(crate) struct Proc {
     /// The client's id.
-    pub id: String,
+    pub(crate) id: String,
     /// The spec it was spawned with, defaults applied (compared for idempotent spawns).
-    pub spec: SpawnRequest,
+    pub(crate) spec: SpawnRequest,
     /// Its pid, process group and session id.
-    pub pid: i32,
+    pub(crate) pid: i32,
     /// When it was started.
-    pub started_at: SystemTime,
+    pub(crate) started_at: SystemTime,
     /// Its output.
-    pub log: OutputLog,
+    pub(crate) log: OutputLog,
     /// Its stdin, when spawned with `stdin` or a tty.
-    pub stdin: Option<Stdin>,
+    pub(crate) stdin: Option<Stdin>,
     /// A handle on its pty master, for resize.
-    pub tty: Option<OwnedFd>,
+    pub(crate) tty: Option<OwnedFd>,
     /// Set by the pump with the exit frame.
     exit: Mutex<Option<(Exit, SystemTime)>>,
     /// Hands the reaped status to the pump; taken once.
@@ -57,14 +57,14 @@ pub struct Proc {
     /// The table's change counter, bumped when the exit frame is written.
     events: Arc<watch::Sender<u64>>,
     /// The memory cgroup's OOM kill count when the process started, if readable.
-    pub oom_kills_at_start: Option<u64>,
+    pub(crate) oom_kills_at_start: Option<u64>,
     /// See [`Links::writers`]; taken when reaped.
     writers: Mutex<Option<(OwnedFd, OwnedFd)>>,
 }
 
 impl Proc {
     /// A running process; the receiver goes to its pump.
-    pub fn new(
+    pub(crate) fn new(
         id: String,
         spec: SpawnRequest,
         pid: i32,
@@ -93,7 +93,7 @@ impl Proc {
     }
 
     /// Called by the table when the reaper collected this pid.
-    pub fn on_reaped(&self, exit: Exit) {
+    pub(crate) fn on_reaped(&self, exit: Exit) {
         self.reaped.store(true, Ordering::Release);
         drop(
             self.writers
@@ -112,7 +112,7 @@ impl Proc {
     }
 
     /// Called by the pump after draining: records the exit and appends the exit frame.
-    pub fn finish(&self, exit: Exit) -> std::io::Result<()> {
+    pub(crate) fn finish(&self, exit: Exit) -> std::io::Result<()> {
         *self.exit.lock().unwrap_or_else(|e| e.into_inner()) = Some((exit, SystemTime::now()));
         let json = serde_json::to_vec(&exit).map_err(std::io::Error::other)?;
         let appended = self.log.append(FrameType::Exit, &json);
@@ -121,12 +121,12 @@ impl Proc {
     }
 
     /// Whether the exit frame is not yet written.
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         !self.log.state().complete
     }
 
     /// The protocol view of the process.
-    pub fn snapshot(&self) -> protocol::Process {
+    pub(crate) fn snapshot(&self) -> protocol::Process {
         let exit = *self.exit.lock().unwrap_or_else(|e| e.into_inner());
         let state = self.log.state();
         let (exit, exited_at) = match (state.complete, exit) {
@@ -152,7 +152,7 @@ impl Proc {
     }
 
     /// Waits until the process has exited (exit frame written) or `timeout` passes.
-    pub async fn wait(&self, timeout: Duration) {
+    pub(crate) async fn wait(&self, timeout: Duration) {
         let mut rx = self.log.subscribe();
         let _ = tokio::time::timeout(timeout, rx.wait_for(|s| s.complete || s.freed)).await;
     }
@@ -160,7 +160,7 @@ impl Proc {
     /// Sends `sig` to the process group. Once the leader is reaped, the signal still goes to the
     /// group while members of it live (`sleep 33 & exit 0`), and answers `not_running` when none
     /// is left (see [`crate::tree`] on why the reaped pid cannot name a newcomer's group then).
-    pub fn signal(&self, sig: i32) -> Result<(), Error> {
+    pub(crate) fn signal(&self, sig: i32) -> Result<(), Error> {
         let reaped = self.reaped.load(Ordering::Acquire);
         if reaped {
             let all = crate::tree::scan();
@@ -185,7 +185,7 @@ impl Proc {
     /// (while the leader lives, or after, as long as members do), its session's other groups, and
     /// their descendants, including children that called `setsid`. Returns how many processes
     /// were signalled one by one beyond the group.
-    pub fn kill_tree(&self) -> usize {
+    pub(crate) fn kill_tree(&self) -> usize {
         let reaped = self.reaped.load(Ordering::Acquire);
         if !reaped {
             let _ = crate::sys::kill_group(self.pid, libc::SIGKILL);
@@ -202,7 +202,7 @@ impl Proc {
     }
 
     /// Resizes the terminal.
-    pub fn resize(&self, cols: u16, rows: u16) -> Result<(), Error> {
+    pub(crate) fn resize(&self, cols: u16, rows: u16) -> Result<(), Error> {
         let tty = self.tty.as_ref().ok_or(Error::NoTty)?;
         if !self.is_running() {
             return Err(Error::NotRunning(self.id.clone()));

@@ -28,51 +28,51 @@ use crate::files::{self, Limits, Options, Resolve};
 
 /// Pulls remembered at once (running or ended, not deleted); the oldest ended one is forgotten to
 /// make room for a new one.
-pub const MAX_REMEMBERED: usize = 256;
+pub(crate) const MAX_REMEMBERED: usize = 256;
 
 /// How pulls run (from the configuration).
 #[derive(Debug, Clone, Copy)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Pulls running at once (`STEPSHIM_MAX_PULLS`).
-    pub max: usize,
+    pub(crate) max: usize,
     /// Connection attempts in a row without a byte of progress before a pull fails
     /// (`STEPSHIM_PULL_RETRIES`).
-    pub retries: u32,
+    pub(crate) retries: u32,
     /// How long a connection may go without bytes (`STEPSHIM_FILES_IDLE_TIMEOUT`).
-    pub idle: Duration,
+    pub(crate) idle: Duration,
     /// The extraction's caps.
-    pub limits: Limits,
+    pub(crate) limits: Limits,
     /// Whether extracted files keep their owners.
-    pub same_owner: bool,
+    pub(crate) same_owner: bool,
 }
 
 /// The pulls of this shim, by id.
 #[derive(Debug)]
-pub struct Pulls {
+pub(crate) struct Pulls {
     settings: Settings,
     map: Mutex<HashMap<String, Arc<Pull>>>,
     /// Since boot, for `/metrics`.
-    pub counters: Arc<Counters>,
+    pub(crate) counters: Arc<Counters>,
 }
 
 /// What pulls did since boot (`/metrics`): each pull adds as it goes.
 #[derive(Debug, Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     /// Pulls started.
-    pub started: AtomicU64,
+    pub(crate) started: AtomicU64,
     /// Pulls done.
-    pub done: AtomicU64,
+    pub(crate) done: AtomicU64,
     /// Pulls failed or cancelled.
-    pub failed: AtomicU64,
+    pub(crate) failed: AtomicU64,
     /// Stream bytes received.
-    pub bytes: AtomicU64,
+    pub(crate) bytes: AtomicU64,
     /// Connections resumed.
-    pub resumes: AtomicU64,
+    pub(crate) resumes: AtomicU64,
 }
 
 /// One pull.
 #[derive(Debug)]
-pub struct Pull {
+pub(crate) struct Pull {
     id: String,
     spec: PullSpec,
     started: Instant,
@@ -105,7 +105,7 @@ impl Pull {
     }
 
     /// Its status now.
-    pub fn status(&self) -> PullStatus {
+    pub(crate) fn status(&self) -> PullStatus {
         let p = self.lock();
         let secs = p
             .ended
@@ -134,7 +134,7 @@ impl Pull {
     }
 
     /// Waits up to `wait` for the pull to end.
-    pub async fn wait(&self, wait: Duration) {
+    pub(crate) async fn wait(&self, wait: Duration) {
         let mut rx = self.state.subscribe();
         let _ = tokio::time::timeout(wait, rx.wait_for(|s| *s != PullState::Running)).await;
     }
@@ -163,7 +163,7 @@ impl Pull {
 
 impl Pulls {
     /// No pulls yet.
-    pub fn new(settings: Settings) -> Self {
+    pub(crate) fn new(settings: Settings) -> Self {
         Pulls {
             settings,
             map: Mutex::new(HashMap::new()),
@@ -176,7 +176,7 @@ impl Pulls {
     }
 
     /// Starts pull `id`, or returns the one already there with the same spec (`false`: not new).
-    pub fn start(&self, id: &str, spec: PullSpec) -> Result<(Arc<Pull>, bool), Error> {
+    pub(crate) fn start(&self, id: &str, spec: PullSpec) -> Result<(Arc<Pull>, bool), Error> {
         let source = fetch::Source::parse(&spec)?;
         if !spec.target.starts_with('/') {
             return Err(Error::BadRequest(format!(
@@ -235,7 +235,7 @@ impl Pulls {
     }
 
     /// Pull `id`.
-    pub fn get(&self, id: &str) -> Result<Arc<Pull>, Error> {
+    pub(crate) fn get(&self, id: &str) -> Result<Arc<Pull>, Error> {
         self.map()
             .get(id)
             .cloned()
@@ -243,13 +243,13 @@ impl Pulls {
     }
 
     /// Every pull.
-    pub fn list(&self) -> Vec<PullStatus> {
+    pub(crate) fn list(&self) -> Vec<PullStatus> {
         let all: Vec<_> = self.map().values().map(|p| p.status()).collect();
         crate::order::sort_by(all, |a, b| a.id.cmp(&b.id))
     }
 
     /// Forgets pull `id`, cancelling it first if it runs (nothing is moved into place then).
-    pub async fn delete(&self, id: &str) -> Result<(), Error> {
+    pub(crate) async fn delete(&self, id: &str) -> Result<(), Error> {
         let pull = self
             .map()
             .remove(id)

@@ -15,7 +15,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep_until};
 
-use crate::log::{IO_CHUNK, OutputLog};
+use crate::output_log::{IO_CHUNK, OutputLog};
 use crate::proc::Proc;
 
 thread_local! {
@@ -27,7 +27,7 @@ thread_local! {
 
 /// The parent's ends of a process's output.
 #[derive(Debug)]
-pub enum Sources {
+pub(crate) enum Sources {
     /// Read ends of the stdout and stderr pipes.
     Pipes {
         /// stdout
@@ -58,7 +58,7 @@ enum Outcome {
 }
 
 /// Runs the pump until the exit frame is written.
-pub async fn run(
+pub(crate) async fn run(
     proc: Arc<Proc>,
     sources: Sources,
     reaped: oneshot::Receiver<Exit>,

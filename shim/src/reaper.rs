@@ -14,12 +14,12 @@ use crate::sys::{self, Reaped};
 use crate::table::Table;
 
 /// SIGCHLD as a pollable fd.
-pub type Sigchld = AsyncFd<File>;
+pub(crate) type Sigchld = AsyncFd<File>;
 
 /// Blocks SIGCHLD (see [`crate::boot::process_settings`], which already did so before any thread
 /// started) and opens the fd it is read from. Call before the first spawn, so no child's exit goes
 /// unnoticed.
-pub fn install() -> Option<Sigchld> {
+pub(crate) fn install() -> Option<Sigchld> {
     match sys::watch_signals(sys::Signals::Child) {
         Ok(fd) => Some(fd),
         Err(e) => {
@@ -31,7 +31,7 @@ pub fn install() -> Option<Sigchld> {
 }
 
 /// Reaps forever.
-pub async fn run(table: Arc<Table>, sigchld: Option<Sigchld>) {
+pub(crate) async fn run(table: Arc<Table>, sigchld: Option<Sigchld>) {
     loop {
         reap_all(&table);
         let tick = tokio::time::sleep(Duration::from_secs(1));
@@ -54,7 +54,7 @@ pub async fn run(table: Arc<Table>, sigchld: Option<Sigchld>) {
 }
 
 /// Collects every child that is waiting to be reaped.
-pub fn reap_all(table: &Table) {
+pub(crate) fn reap_all(table: &Table) {
     loop {
         match sys::reap_one() {
             Ok(Some(Reaped::Exited(pid, code))) => table.route_exit(pid, Exit::code(code)),

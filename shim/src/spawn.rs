@@ -24,29 +24,29 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 
 /// The parent's handles on a child that exec'd successfully.
 #[derive(Debug)]
-pub struct Started {
+pub(crate) struct Started {
     /// The child's pid.
-    pub pid: i32,
+    pub(crate) pid: i32,
     /// Its output.
-    pub sources: Sources,
+    pub(crate) sources: Sources,
     /// Its stdin, if any.
-    pub stdin: Option<Stdin>,
+    pub(crate) stdin: Option<Stdin>,
     /// A handle on its pty master, if any.
-    pub tty: Option<OwnedFd>,
+    pub(crate) tty: Option<OwnedFd>,
     /// The shim's copies of the write ends of the child's stdout and stderr pipes, to be closed
     /// once the child is reaped (see [`crate::proc::Links::writers`]).
-    pub writers: Option<(OwnedFd, OwnedFd)>,
+    pub(crate) writers: Option<(OwnedFd, OwnedFd)>,
     /// The child could not set its own `oom_score_adj` (see [`set_oom_later`]).
-    pub oom_pending: bool,
+    pub(crate) oom_pending: bool,
 }
 
 /// What a failed spawn leaves behind.
 #[derive(Debug)]
-pub struct Failed {
+pub(crate) struct Failed {
     /// Pid of a child that was forked and must be reaped and ignored, if one was.
-    pub pid: Option<i32>,
+    pub(crate) pid: Option<i32>,
     /// The error for the client.
-    pub error: Error,
+    pub(crate) error: Error,
 }
 
 impl From<Error> for Failed {
@@ -60,7 +60,7 @@ fn cstring(s: &str, what: &str) -> Result<CString, Error> {
 }
 
 /// The environment of a process: `base` overlaid with the request's `K=V` entries, later ones winning.
-pub fn environment(
+pub(crate) fn environment(
     base: &[(String, String)],
     overlay: &[String],
 ) -> Result<Vec<(String, String)>, Error> {
@@ -109,7 +109,7 @@ fn base_envp(base: &[(String, String)]) -> Result<Arc<[CString]>, Error> {
 }
 
 /// Finds the executable: a path with `/` as is, else the first executable file on `PATH`.
-pub fn resolve_executable(path: &str, env: &[(String, String)]) -> Result<PathBuf, Error> {
+pub(crate) fn resolve_executable(path: &str, env: &[(String, String)]) -> Result<PathBuf, Error> {
     let not_found = |e: io::Error| Error::ExecutableNotFound {
         path: path.to_owned(),
         source: e,
@@ -135,7 +135,7 @@ pub fn resolve_executable(path: &str, env: &[(String, String)]) -> Result<PathBu
 }
 
 /// Bytes of a spec's strings: what remembering the process costs beyond its output.
-pub fn spec_bytes(spec: &SpawnRequest) -> usize {
+pub(crate) fn spec_bytes(spec: &SpawnRequest) -> usize {
     spec.path.len()
         + spec
             .args
@@ -175,7 +175,7 @@ async fn prepare(spec: &SpawnRequest) -> Result<Option<sys::Credentials>, Error>
 /// What a spawn prepares before the fork (which may wait on a blocking thread): the executable, its
 /// argv and environment as C strings, the directory and the credentials.
 #[derive(Debug)]
-pub struct Plan {
+pub(crate) struct Plan {
     path: CString,
     argv: Vec<CString>,
     envp: Arc<[CString]>,
@@ -185,7 +185,10 @@ pub struct Plan {
 
 /// Validates `spec` and prepares what its fork needs, with the shim's `base_env`. Nothing is
 /// created yet: dropping the future or the plan leaves nothing behind.
-pub async fn plan(spec: &SpawnRequest, base_env: &[(String, String)]) -> Result<Plan, Error> {
+pub(crate) async fn plan(
+    spec: &SpawnRequest,
+    base_env: &[(String, String)],
+) -> Result<Plan, Error> {
     // Every string becomes a C string: refuse NULs before anything is looked up or created.
     let strings = [
         ("path", Some(&spec.path)),
@@ -244,55 +247,15 @@ fn watch(fd: OwnedFd) -> Result<AsyncFd<File>, Error> {
 /// hangs up drops the request's future only at an await). `fork` forks and execs (the table wraps
 /// [`sys::fork_exec`] to record the pid under its lock); the child's `oom_score_adj` is set to
 /// `oom_score_adj` before its program runs, or [`Started::oom_pending`] says it is not yet.
-pub fn start(
+pub(crate) fn start(
     plan: Plan,
     spec: &SpawnRequest,
     oom_score_adj: i32,
     fork: impl FnOnce(&Exec) -> io::Result<Forked>,
 ) -> Result<Started, Failed> {
-    let io_err = |context| move |e| Error::io(context, e);
-    let (stdio, sources, stdin, tty) = match spec.tty {
-        Some(size) => {
-            let (master, slave) =
-                sys::openpty(size.cols, size.rows).map_err(io_err("opening a pty"))?;
-            sys::set_nonblocking(&master, true).map_err(io_err("configuring the pty"))?;
-            let reader = master.try_clone().map_err(io_err("duplicating the pty"))?;
-            let writer = master.try_clone().map_err(io_err("duplicating the pty"))?;
-            let sources = Unwatched::Ready(Sources::Tty(
-                crate::sys::async_fd(File::from(reader)).map_err(io_err("polling the pty"))?,
-            ));
-            let stdin = Stdin::new(File::from(writer), true).map_err(io_err("polling the pty"))?;
-            (
-                ChildStdio::Tty { slave },
-                sources,
-                Some(stdin),
-                Some(master),
-            )
-        }
-        None => {
-            let (out_r, out_w) = sys::pipe().map_err(io_err("creating pipes"))?;
-            let (err_r, err_w) = sys::pipe().map_err(io_err("creating pipes"))?;
-            let (child_in, stdin) = if spec.stdin {
-                let (r, w) = sys::pipe().map_err(io_err("creating pipes"))?;
-                sys::set_nonblocking(&w, true).map_err(io_err("configuring pipes"))?;
-                (
-                    Some(r),
-                    Some(Stdin::new(File::from(w), false).map_err(io_err("polling pipes"))?),
-                )
-            } else {
-                (None, None)
-            };
-            (
-                ChildStdio::Fds {
-                    stdin: child_in,
-                    stdout: out_w,
-                    stderr: err_w,
-                },
-                Unwatched::Pipes(out_r, err_r),
-                stdin,
-                None,
-            )
-        }
+    let ends = match spec.tty {
+        Some(size) => pty(size)?,
+        None => pipes(spec.stdin)?,
     };
     let exec = Exec {
         path: plan.path,
@@ -300,67 +263,21 @@ pub fn start(
         envp: plan.envp,
         dir: plan.dir,
         creds: plan.creds,
-        stdio,
+        stdio: ends.stdio,
         oom_score_adj: Some(oom_score_adj),
     };
     let forked = fork(&exec).map_err(|e| Error::io("forking", e))?;
-    // The child has its copies. The write ends of its output pipes stay open here until it is
-    // reaped; everything else of ours closes now.
-    let writers = match exec.stdio {
-        ChildStdio::Fds {
-            stdin,
-            stdout,
-            stderr,
-        } if forked.failed.is_none() => {
-            drop(stdin);
-            Some((stdout, stderr))
-        }
-        other => {
-            drop(other);
-            None
-        }
-    };
+    let writers = keep_writers(exec.stdio, forked.failed.is_none());
     let pid = forked.pid;
     if let Some((stage, err)) = forked.failed {
-        let error = match stage {
-            Stage::Exec => match err.raw_os_error() {
-                Some(
-                    libc::ENOENT
-                    | libc::EACCES
-                    | libc::ENOEXEC
-                    | libc::ENOTDIR
-                    | libc::ELOOP
-                    | libc::ENAMETOOLONG
-                    | libc::EISDIR
-                    | libc::ETXTBSY
-                    | libc::EPERM,
-                ) => Error::ExecutableNotFound {
-                    path: spec.path.clone(),
-                    source: err,
-                },
-                _ => Error::InvalidSpawn(format!("cannot execute {:?}: {err}", spec.path)),
-            },
-            Stage::Credentials => {
-                Error::InvalidSpawn(format!("cannot switch to user {:?}: {err}", spec.user))
-            }
-            Stage::Chdir => {
-                Error::InvalidSpawn(format!("cannot enter directory {:?}: {err}", spec.dir))
-            }
-            Stage::Setup => Error::internal("setting up the child", err),
-        };
         return Err(Failed {
             pid: Some(pid),
-            error,
+            error: set_up_error(spec, stage, err),
         });
     }
-    let sources = match sources {
+    let sources = match ends.sources {
         Unwatched::Ready(s) => s,
-        Unwatched::Pipes(out, err) => match watch(out).and_then(|out| {
-            Ok(Sources::Pipes {
-                out,
-                err: watch(err)?,
-            })
-        }) {
+        Unwatched::Pipes(out, err) => match watch_pipes(out, err) {
             Ok(s) => s,
             Err(error) => {
                 // The child runs already and nobody could read it: stop it (its own session's
@@ -376,17 +293,135 @@ pub fn start(
     Ok(Started {
         pid,
         sources,
-        stdin,
-        tty,
+        stdin: ends.stdin,
+        tty: ends.tty,
         writers,
         oom_pending: !forked.oom_set,
+    })
+}
+
+/// Both sides of a child's standard streams before the fork: the child's, and the shim's.
+struct Ends {
+    /// What the child gets as 0, 1 and 2.
+    stdio: ChildStdio,
+    /// Where the shim reads its output.
+    sources: Unwatched,
+    /// Where the shim writes its stdin, if anywhere.
+    stdin: Option<Stdin>,
+    /// The pty master, if any.
+    tty: Option<OwnedFd>,
+}
+
+/// The error context of a failed system call while setting up a child's streams.
+fn io_err(context: &'static str) -> impl Fn(io::Error) -> Error {
+    move |e| Error::io(context, e)
+}
+
+/// A pty of `size` for a child: the slave for it, the master to read, write and resize.
+fn pty(size: protocol::TtySize) -> Result<Ends, Error> {
+    let (master, slave) = sys::openpty(size.cols, size.rows).map_err(io_err("opening a pty"))?;
+    sys::set_nonblocking(&master, true).map_err(io_err("configuring the pty"))?;
+    let reader = master.try_clone().map_err(io_err("duplicating the pty"))?;
+    let writer = master.try_clone().map_err(io_err("duplicating the pty"))?;
+    let sources = Unwatched::Ready(Sources::Tty(
+        crate::sys::async_fd(File::from(reader)).map_err(io_err("polling the pty"))?,
+    ));
+    let stdin = Stdin::new(File::from(writer), true).map_err(io_err("polling the pty"))?;
+    Ok(Ends {
+        stdio: ChildStdio::Tty { slave },
+        sources,
+        stdin: Some(stdin),
+        tty: Some(master),
+    })
+}
+
+/// Pipes for a child's stdout and stderr, and for its stdin if it `wants_stdin`.
+fn pipes(wants_stdin: bool) -> Result<Ends, Error> {
+    let (out_r, out_w) = sys::pipe().map_err(io_err("creating pipes"))?;
+    let (err_r, err_w) = sys::pipe().map_err(io_err("creating pipes"))?;
+    let (child_in, stdin) = if wants_stdin {
+        let (r, w) = sys::pipe().map_err(io_err("creating pipes"))?;
+        sys::set_nonblocking(&w, true).map_err(io_err("configuring pipes"))?;
+        (
+            Some(r),
+            Some(Stdin::new(File::from(w), false).map_err(io_err("polling pipes"))?),
+        )
+    } else {
+        (None, None)
+    };
+    Ok(Ends {
+        stdio: ChildStdio::Fds {
+            stdin: child_in,
+            stdout: out_w,
+            stderr: err_w,
+        },
+        sources: Unwatched::Pipes(out_r, err_r),
+        stdin,
+        tty: None,
+    })
+}
+
+/// After the fork the child has its copies of `stdio`. The write ends of its output pipes stay
+/// open here until it is reaped (when it `started`); everything else of ours closes now.
+fn keep_writers(stdio: ChildStdio, started: bool) -> Option<(OwnedFd, OwnedFd)> {
+    match stdio {
+        ChildStdio::Fds {
+            stdin,
+            stdout,
+            stderr,
+        } if started => {
+            drop(stdin);
+            Some((stdout, stderr))
+        }
+        other => {
+            drop(other);
+            None
+        }
+    }
+}
+
+/// The error for the client when the child's set-up failed at `stage` with `err`.
+fn set_up_error(spec: &SpawnRequest, stage: Stage, err: io::Error) -> Error {
+    match stage {
+        Stage::Exec => match err.raw_os_error() {
+            Some(
+                libc::ENOENT
+                | libc::EACCES
+                | libc::ENOEXEC
+                | libc::ENOTDIR
+                | libc::ELOOP
+                | libc::ENAMETOOLONG
+                | libc::EISDIR
+                | libc::ETXTBSY
+                | libc::EPERM,
+            ) => Error::ExecutableNotFound {
+                path: spec.path.clone(),
+                source: err,
+            },
+            _ => Error::InvalidSpawn(format!("cannot execute {:?}: {err}", spec.path)),
+        },
+        Stage::Credentials => {
+            Error::InvalidSpawn(format!("cannot switch to user {:?}: {err}", spec.user))
+        }
+        Stage::Chdir => {
+            Error::InvalidSpawn(format!("cannot enter directory {:?}: {err}", spec.dir))
+        }
+        Stage::Setup => Error::internal("setting up the child", err),
+    }
+}
+
+/// The read ends of a running child's output pipes, watched.
+fn watch_pipes(out: OwnedFd, err: OwnedFd) -> Result<Sources, Error> {
+    Ok(Sources::Pipes {
+        out: watch(out)?,
+        err: watch(err)?,
     })
 }
 
 /// Sets the `oom_score_adj` of a child that could not set its own (a shim that is not root): the
 /// shim is non-dumpable, so the child's `/proc` entry stays root's until `execve` has installed the
 /// program's credentials; tries again for a few milliseconds.
-pub async fn set_oom_later(pid: i32, oom_score_adj: i32) {
+pub(crate) async fn set_oom_later(pid: i32, oom_score_adj: i32) {
     let mut tries = 0;
     while let Err(e) = crate::oom::set_score_adj(pid, oom_score_adj) {
         tries += 1;

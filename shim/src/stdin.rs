@@ -20,7 +20,7 @@ const VEOF: u8 = 0x04;
 
 /// The writing side of a process's stdin.
 #[derive(Debug)]
-pub struct Stdin {
+pub(crate) struct Stdin {
     fd: tokio::sync::Mutex<Option<AsyncFd<File>>>,
     accepted: AtomicU64,
     closed: AtomicBool,
@@ -29,7 +29,7 @@ pub struct Stdin {
 
 impl Stdin {
     /// Wraps a non-blocking fd: the write end of a stdin pipe, or a pty master.
-    pub fn new(file: File, tty: bool) -> io::Result<Self> {
+    pub(crate) fn new(file: File, tty: bool) -> io::Result<Self> {
         Ok(Stdin {
             fd: tokio::sync::Mutex::new(Some(crate::sys::async_fd(file)?)),
             accepted: AtomicU64::new(0),
@@ -39,12 +39,12 @@ impl Stdin {
     }
 
     /// Bytes written so far.
-    pub fn offset(&self) -> u64 {
+    pub(crate) fn offset(&self) -> u64 {
         self.accepted.load(Ordering::Acquire)
     }
 
     /// Whether EOF was sent or the process closed its end.
-    pub fn closed(&self) -> bool {
+    pub(crate) fn closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
 
@@ -57,7 +57,7 @@ impl Stdin {
 
     /// Writes the body, whose first byte is at stdin offset `offset`, skipping bytes already accepted;
     /// then closes stdin if `eof`. `running` tells whether the process is still running.
-    pub async fn write<B>(
+    pub(crate) async fn write<B>(
         &self,
         offset: u64,
         mut body: B,

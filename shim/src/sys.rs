@@ -22,7 +22,7 @@ pub(crate) fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
 }
 
 /// A close-on-exec pipe: (read end, write end).
-pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: `fds` is a valid array of two ints; on success both fds are new and owned by us.
     cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
@@ -32,7 +32,7 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// Asks for a pipe buffer of `bytes` (the kernel rounds up to pages and caps it at
 /// /proc/sys/fs/pipe-max-size); returns the size granted. Fewer, larger reads move output faster.
-pub fn set_pipe_size(fd: &impl AsRawFd, bytes: usize) -> io::Result<usize> {
+pub(crate) fn set_pipe_size(fd: &impl AsRawFd, bytes: usize) -> io::Result<usize> {
     // SAFETY: fcntl on a valid, owned fd with an integer argument.
     let n = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, bytes as libc::c_int) })?;
     Ok(n as usize)
@@ -40,7 +40,7 @@ pub fn set_pipe_size(fd: &impl AsRawFd, bytes: usize) -> io::Result<usize> {
 
 /// Sets or clears `O_NONBLOCK` on a fd (one `FIONBIO` call rather than a read and a write of the
 /// flags: a spawn does this for every pipe).
-pub fn set_nonblocking(fd: &OwnedFd, on: bool) -> io::Result<()> {
+pub(crate) fn set_nonblocking(fd: &OwnedFd, on: bool) -> io::Result<()> {
     let on = libc::c_int::from(on);
     // SAFETY: FIONBIO reads one int from a valid pointer; the fd is valid and owned.
     cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONBIO, &on) })?;
@@ -48,7 +48,7 @@ pub fn set_nonblocking(fd: &OwnedFd, on: bool) -> io::Result<()> {
 }
 
 /// A new pseudo-terminal of the given size: (master, slave), both close-on-exec.
-pub fn openpty(cols: u16, rows: u16) -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn openpty(cols: u16, rows: u16) -> io::Result<(OwnedFd, OwnedFd)> {
     let mut master: RawFd = -1;
     let mut slave: RawFd = -1;
     let ws = libc::winsize {
@@ -77,7 +77,7 @@ pub fn openpty(cols: u16, rows: u16) -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Sets the window size of a terminal (the kernel then signals SIGWINCH to its foreground group).
-pub fn set_winsize(fd: &OwnedFd, cols: u16, rows: u16) -> io::Result<()> {
+pub(crate) fn set_winsize(fd: &OwnedFd, cols: u16, rows: u16) -> io::Result<()> {
     let ws = libc::winsize {
         ws_row: rows,
         ws_col: cols,
@@ -89,8 +89,9 @@ pub fn set_winsize(fd: &OwnedFd, cols: u16, rows: u16) -> io::Result<()> {
     Ok(())
 }
 
-/// The window size of a terminal: (cols, rows).
-pub fn get_winsize(fd: &OwnedFd) -> io::Result<(u16, u16)> {
+/// The window size of a terminal: (cols, rows). Only the tests of [`set_winsize`] ask.
+#[cfg(test)]
+pub(crate) fn get_winsize(fd: &OwnedFd) -> io::Result<(u16, u16)> {
     let mut ws = libc::winsize {
         ws_row: 0,
         ws_col: 0,
@@ -103,7 +104,7 @@ pub fn get_winsize(fd: &OwnedFd) -> io::Result<(u16, u16)> {
 }
 
 /// Sends `sig` to the process group `pgid`.
-pub fn kill_group(pgid: i32, sig: i32) -> io::Result<()> {
+pub(crate) fn kill_group(pgid: i32, sig: i32) -> io::Result<()> {
     if pgid <= 1 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
@@ -113,7 +114,7 @@ pub fn kill_group(pgid: i32, sig: i32) -> io::Result<()> {
 }
 
 /// Sends `sig` to the single process `pid` (never a group: `pid` must be above 1).
-pub fn kill_pid(pid: i32, sig: i32) -> io::Result<()> {
+pub(crate) fn kill_pid(pid: i32, sig: i32) -> io::Result<()> {
     if pid <= 1 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
@@ -124,7 +125,7 @@ pub fn kill_pid(pid: i32, sig: i32) -> io::Result<()> {
 
 /// How a reaped child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reaped {
+pub(crate) enum Reaped {
     /// Exited with a code.
     Exited(i32, i32),
     /// Killed by a signal.
@@ -133,7 +134,7 @@ pub enum Reaped {
 
 /// Reaps one child without blocking: `Ok(None)` when no child is waiting to be reaped (or there are
 /// no children). Only the reaper may call this: it is the shim's single `waitpid`.
-pub fn reap_one() -> io::Result<Option<Reaped>> {
+pub(crate) fn reap_one() -> io::Result<Option<Reaped>> {
     loop {
         let mut status: libc::c_int = 0;
         // SAFETY: status is a valid out-pointer.
@@ -161,7 +162,7 @@ pub fn reap_one() -> io::Result<Option<Reaped>> {
 
 /// Makes this process a child subreaper, so orphaned descendants are re-parented to it (as they are to
 /// PID 1 anyway) and it can reap them.
-pub fn set_child_subreaper() -> io::Result<()> {
+pub(crate) fn set_child_subreaper() -> io::Result<()> {
     // SAFETY: prctl with integer arguments only.
     cvt(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) })?;
     Ok(())
@@ -169,7 +170,7 @@ pub fn set_child_subreaper() -> io::Result<()> {
 
 /// Asks for SIGTERM when the thread that started this process ends, and says whether `parent` is
 /// still this process's parent (if it ended before the request, no signal will come).
-pub fn stop_with_parent(parent: i32) -> io::Result<bool> {
+pub(crate) fn stop_with_parent(parent: i32) -> io::Result<bool> {
     // SAFETY: prctl with integer arguments only.
     cvt(unsafe {
         libc::prctl(
@@ -187,16 +188,10 @@ pub fn stop_with_parent(parent: i32) -> io::Result<bool> {
 /// Marks this process non-dumpable: no core dumps, and a process of the same uid (a step) can
 /// neither `ptrace` it nor read its memory through `/proc/<pid>/mem`. `execve` in a child resets
 /// the flag for the new program, so the step's own processes stay debuggable.
-pub fn set_non_dumpable() -> io::Result<()> {
+pub(crate) fn set_non_dumpable() -> io::Result<()> {
     // SAFETY: prctl with integer arguments only.
     cvt(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) })?;
     Ok(())
-}
-
-/// Whether this process is dumpable (`PR_GET_DUMPABLE`).
-pub fn is_dumpable() -> io::Result<bool> {
-    // SAFETY: prctl with integer arguments only.
-    Ok(cvt(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) })? != 0)
 }
 
 /// The open-files limit the shim started with, recorded by [`raise_nofile_limit`] for children.
@@ -213,7 +208,7 @@ pub(crate) fn child_nofile_limit() -> Option<libc::rlimit> {
 
 /// Raises the soft limit of open files to the hard limit (2,000 followed processes need several
 /// thousand fds), returning the new soft limit. Processes started later get the original limit.
-pub fn raise_nofile_limit() -> io::Result<u64> {
+pub(crate) fn raise_nofile_limit() -> io::Result<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -232,13 +227,13 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
 
 /// Registers a file with the runtime's reactor. The `AsyncFd` takes ownership of the `File`, so the
 /// fd can be neither closed nor replaced while registered.
-pub fn async_fd(file: std::fs::File) -> io::Result<tokio::io::unix::AsyncFd<std::fs::File>> {
+pub(crate) fn async_fd(file: std::fs::File) -> io::Result<tokio::io::unix::AsyncFd<std::fs::File>> {
     // SAFETY: the File owns its fd for as long as the AsyncFd owns the File.
     unsafe { tokio::io::unix::AsyncFd::register(file) }.map_err(|e| e.into_parts().1)
 }
 
 /// Effective user id of the shim.
-pub fn geteuid() -> u32 {
+pub(crate) fn geteuid() -> u32 {
     // SAFETY: no arguments, cannot fail.
     unsafe { libc::geteuid() }
 }
@@ -247,16 +242,16 @@ pub fn geteuid() -> u32 {
 mod alloc;
 mod buf;
 mod child_stack;
-pub mod direct;
+pub(crate) mod direct;
 mod exec;
-pub mod fs;
+pub(crate) mod fs;
 mod own_score;
 mod signals;
 
-pub use buf::read_spare;
-pub use signals::{Signals, block_signals, take_signals, watch_signals};
+pub(crate) use buf::read_spare;
+pub(crate) use signals::{Signals, block_signals, take_signals, watch_signals};
 
-pub use exec::{ChildStdio, Credentials, Exec, Forked, Stage, fork_exec};
+pub(crate) use exec::{ChildStdio, Credentials, Exec, Forked, Stage, fork_exec};
 
 #[cfg(test)]
 mod tests;

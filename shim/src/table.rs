@@ -16,26 +16,26 @@ use protocol::SpawnRequest;
 use tokio::sync::watch;
 
 use crate::error::Error;
-use crate::log::{Budget, OutputLog};
 use crate::oom::OomCounter;
+use crate::output_log::{Budget, OutputLog};
 use crate::proc::Proc;
 use crate::{pump, spawn};
 
 /// Settings the table needs from the configuration.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Where output logs spill.
-    pub data_dir: PathBuf,
+    pub(crate) data_dir: PathBuf,
     /// Drain window after a process is reaped.
-    pub drain: Duration,
+    pub(crate) drain: Duration,
     /// The shim's environment without `STEPSHIM_*`.
-    pub base_env: Vec<(String, String)>,
+    pub(crate) base_env: Vec<(String, String)>,
     /// Processes remembered at once, including spawns under way.
-    pub max_processes: usize,
+    pub(crate) max_processes: usize,
     /// Bytes of a spec's strings.
-    pub max_spec_bytes: usize,
+    pub(crate) max_spec_bytes: usize,
     /// `oom_score_adj` of every spawned process.
-    pub oom_score_adj: i32,
+    pub(crate) oom_score_adj: i32,
 }
 
 #[derive(Debug, Default)]
@@ -57,7 +57,7 @@ struct Inner {
 
 /// All processes of the shim.
 #[derive(Debug)]
-pub struct Table {
+pub(crate) struct Table {
     inner: Mutex<Inner>,
     /// Set once at shutdown: spawns are refused and `/healthz` answers 503 from then on.
     closed: AtomicBool,
@@ -69,11 +69,11 @@ pub struct Table {
     /// The OOM kill count already attributed to a process: each kill explains one death only.
     oom_attributed: AtomicU64,
     /// Output memory accounting shared by every log.
-    pub budget: Arc<Budget>,
+    pub(crate) budget: Arc<Budget>,
     /// Processes started since boot.
-    pub spawned: AtomicU64,
+    pub(crate) spawned: AtomicU64,
     /// Orphans reaped since boot.
-    pub orphans: AtomicU64,
+    pub(crate) orphans: AtomicU64,
 }
 
 /// A spawn's claim on its id; dropping it wakes the spawns of the same id that wait.
@@ -91,7 +91,7 @@ impl Drop for Reservation<'_> {
 
 impl Table {
     /// An empty table.
-    pub fn new(settings: Settings, budget: Arc<Budget>, oom: OomCounter) -> Self {
+    pub(crate) fn new(settings: Settings, budget: Arc<Budget>, oom: OomCounter) -> Self {
         Table {
             inner: Mutex::new(Inner::default()),
             closed: AtomicBool::new(false),
@@ -114,7 +114,7 @@ impl Table {
     }
 
     /// The process with this id.
-    pub fn get(&self, id: &str) -> Result<Arc<Proc>, Error> {
+    pub(crate) fn get(&self, id: &str) -> Result<Arc<Proc>, Error> {
         self.lock()
             .by_id
             .get(id)
@@ -123,7 +123,7 @@ impl Table {
     }
 
     /// Every process, ordered by id.
-    pub fn list(&self) -> Vec<Arc<Proc>> {
+    pub(crate) fn list(&self) -> Vec<Arc<Proc>> {
         let all: Vec<_> = self.lock().by_id.values().cloned().collect();
         crate::order::sort_by(all, |a, b| a.id.cmp(&b.id))
     }
@@ -177,7 +177,11 @@ impl Table {
     /// the first starts the process and the others answer as a retry would. From the fork until
     /// the process is recorded and its pump runs nothing awaits, so a request whose client hangs up
     /// (its future dropped) never leaves a child unrecorded: no task of its own is needed.
-    pub async fn spawn(&self, id: &str, spec: SpawnRequest) -> Result<(Arc<Proc>, bool), Error> {
+    pub(crate) async fn spawn(
+        &self,
+        id: &str,
+        spec: SpawnRequest,
+    ) -> Result<(Arc<Proc>, bool), Error> {
         let size = spawn::spec_bytes(&spec);
         if size > self.settings.max_spec_bytes {
             return Err(Error::SpecTooLarge {
@@ -238,7 +242,7 @@ impl Table {
 
     /// Forgets a process and frees its output; a running one needs `force`. With `force`, what the
     /// process left behind is killed too (see [`Proc::kill_tree`]), running or not.
-    pub fn delete(&self, id: &str, force: bool) -> Result<(), Error> {
+    pub(crate) fn delete(&self, id: &str, force: bool) -> Result<(), Error> {
         let proc = {
             let mut inner = self.lock();
             let p = inner
@@ -260,12 +264,12 @@ impl Table {
     }
 
     /// Refuses new spawns from now on; `/healthz` answers 503.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
     }
 
     /// Whether shutdown has begun.
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
 }

@@ -9,21 +9,21 @@
 
 /// One process from `/proc/<pid>/stat`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// Its pid.
-    pub pid: i32,
+    pub(crate) pid: i32,
     /// Its parent.
-    pub ppid: i32,
+    pub(crate) ppid: i32,
     /// Its process group.
-    pub pgid: i32,
+    pub(crate) pgid: i32,
     /// Its session.
-    pub sid: i32,
+    pub(crate) sid: i32,
     /// False for a zombie (exited, not yet reaped by its parent): nothing to signal.
-    pub live: bool,
+    pub(crate) live: bool,
 }
 
 /// Every process visible in `/proc` (the shim's PID namespace), read once.
-pub fn scan() -> Vec<Entry> {
+pub(crate) fn scan() -> Vec<Entry> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -38,7 +38,7 @@ pub fn scan() -> Vec<Entry> {
 
 /// Parses `/proc/<pid>/stat`: the fields after the command name (which may hold `)` and spaces)
 /// are `state ppid pgrp session ...`.
-pub fn parse_stat(pid: i32, stat: &str) -> Option<Entry> {
+pub(crate) fn parse_stat(pid: i32, stat: &str) -> Option<Entry> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut f = rest.split_ascii_whitespace();
     let state = f.next()?;
@@ -82,7 +82,7 @@ fn with_descendants(all: &[Entry], root: &dyn Fn(&Entry) -> bool) -> Vec<Entry> 
 }
 
 /// Live descendants of `ancestor` (not itself).
-pub fn descendants(all: &[Entry], ancestor: i32) -> Vec<Entry> {
+pub(crate) fn descendants(all: &[Entry], ancestor: i32) -> Vec<Entry> {
     with_descendants(all, &|e| e.ppid == ancestor)
 }
 
@@ -91,7 +91,7 @@ pub fn descendants(all: &[Entry], ancestor: i32) -> Vec<Entry> {
 /// `leader_reaped`, a live process holding the number `leader` is a newcomer that reused it, and the
 /// answer is empty. Processes that left the session and whose parent exited (re-parented to the
 /// shim) cannot be attributed and are not included.
-pub fn left_behind(all: &[Entry], leader: i32, leader_reaped: bool) -> Vec<Entry> {
+pub(crate) fn left_behind(all: &[Entry], leader: i32, leader_reaped: bool) -> Vec<Entry> {
     if leader_reaped && all.iter().any(|e| e.pid == leader && e.live) {
         return Vec::new();
     }

@@ -36,7 +36,7 @@ fn read_db(path: &Path) -> Result<String, String> {
 }
 
 /// Resolves `spec` using the passwd and group files under `root` (normally `/`).
-pub fn resolve(spec: &str, root: &Path) -> Result<Credentials, String> {
+pub(crate) fn resolve(spec: &str, root: &Path) -> Result<Credentials, String> {
     let passwd = read_db(&root.join("etc/passwd"))?;
     let group = read_db(&root.join("etc/group"))?;
     let (user_part, group_part) = match spec.split_once(':') {

@@ -1,7 +1,7 @@
 //! The HTTP surface against hostile or careless clients: authentication on every route but
 //! `/healthz`, malformed JSON, bad ids, oversized bodies, wrong methods, unknown routes; and info and
 //! metrics. Every refusal is a 4xx with a JSON error body, and the shim keeps serving.
-#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+#![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
 

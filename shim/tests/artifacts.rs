@@ -1,6 +1,6 @@
 //! The resumable `GET /v1/files` (offset, ETag, 412) and read grants (only `GET /v1/files` under
 //! their path, 401 once expired, used up or revoked, 403 elsewhere) against the real shim.
-#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+#![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
 

@@ -1,6 +1,6 @@
 //! Files in and out over HTTP: a tree round-trips through PUT and GET, and a hostile tar is refused
 //! with 400 `invalid_tar` without writing anything outside the target directory.
-#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+#![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
 

@@ -2,7 +2,7 @@
 //! sparse) or 1 TiB (refused), a 1 GiB GNU long name and a 512 MiB pax header (refused at their
 //! header with RSS bounded), the total size cap, an upload cut midway (nothing left), and the
 //! concurrency cap with the idle deadline (stalled uploads cannot starve a normal download).
-#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+#![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
 

@@ -2,7 +2,7 @@
 //! swapped between a directory and a symlink to an outside directory with `RENAME_EXCHANGE` in a
 //! tight loop while uploads of `a/...` run, a symlink planted as the target directory, and a `./`
 //! entry that must not rewrite the target's own metadata.
-#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+#![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
 
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
 use common::Shim;
-use stepshim::sys::fs::{Rename, rename_at};
+use stepshim::rename::{Rename, rename_at};
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("stepshim-race-{name}-{}", common::random_hex(4)));

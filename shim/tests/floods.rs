@@ -4,7 +4,7 @@
 //! the median of each within a second, the shim's RSS (from `/proc/<pid>/status`) must stay under
 //! 64 MiB and its descriptors under the cap. A starved shim fails most probes; the median rather
 //! than the worst keeps one scheduling stall of a loaded machine from failing the test.
-#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+#![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
 

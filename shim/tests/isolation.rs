@@ -2,7 +2,7 @@
 //! from it, through the real binary: a step that pre-creates the spill files' names in the shared
 //! data directory cannot stall output, and children get the open-files limit the shim was started
 //! with, not the one it raised for itself.
-#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+#![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
 

@@ -2,7 +2,7 @@
 //! really is PID 1), SIGCHLD blocked in every thread and taken from its fd, SIGTERM shutdown with
 //! grace then KILL (SIGHUP and SIGQUIT alike), a killed starter stopping the shim
 //! (`STEPSHIM_PARENT_PID`), and configuration errors exit 64.
-#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+#![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
 

@@ -2,7 +2,7 @@
 //! are objects, any signal number answers `invalid_signal`, caps on remembered processes and spec
 //! sizes, 503 when out of descriptors, concurrent spawns of one id, a FIFO planted as
 //! `/etc/passwd`, children's `oom_score_adj`, and a shim that a same-uid step cannot read.
-#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+#![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
 

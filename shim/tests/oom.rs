@@ -2,7 +2,7 @@
 //! (v1, created for the test under the test's own and removed after), a process allocates past the
 //! limit while another keeps streaming. The allocator is reported killed (137) with reason
 //! `oom_kill`; the shim and the streaming process live on.
-#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+#![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
 

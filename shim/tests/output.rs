@@ -1,7 +1,7 @@
 //! Output log behaviour through the real shim: 100 MiB checksummed, resume under repeated forced
 //! disconnects (cut mid-frame by a proxy), reads from random frame offsets, spill to disk, offsets
 //! that are not frame boundaries, and keepalive-free completion.
-#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+#![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
 

@@ -1,6 +1,6 @@
 //! Process lifecycle against the real shim binary: exit codes, signal deaths, output order, idempotent
 //! spawn, conflicts, missing executables, environment, directories, group signals and the terminal.
-#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+#![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
 

@@ -2,7 +2,7 @@
 //! well before the stream's end (so only a resumed pull can finish), and failing clearly with
 //! nothing extracted: a source given by host name, a wrong token, a grant used outside its path, a
 //! wrong digest, an expired grant, a cancel, the source killed midway.
-#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+#![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
 

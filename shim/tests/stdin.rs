@@ -1,6 +1,6 @@
 //! Stdin through the shim: bytes reach the process in order, retried offsets are idempotent, gaps
 //! are refused, EOF closes the pipe, and a process that does not read back-pressures the writer.
-#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+#![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
 

@@ -2,7 +2,7 @@
 //! and children that called `setsid` are signalled, force-deleted and stopped at shutdown; and a
 //! new process that reuses an orphan's pid (forced with `ns_last_pid` in a PID namespace) is never
 //! reported with the orphan's exit.
-#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+#![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
 
@@ -147,11 +147,11 @@ async fn a_reused_pid_never_gets_an_orphans_exit() {
         Some(&["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]),
     );
     let mut proved = 0;
-    for round in 0..5 {
+    for attempt in 0..5 {
         // An orphan that exits 42 once its parent is gone: reaped by the shim, claimed by nobody.
         let ran = run(
             &shim.client,
-            &format!("leaver{round}"),
+            &format!("leaver{attempt}"),
             &sh("(sleep 0.2; exit 42) >/dev/null 2>&1 & echo $!; exit 0"),
         )
         .await;
@@ -162,9 +162,9 @@ async fn a_reused_pid_never_gets_an_orphans_exit() {
              echo {} > /proc/sys/kernel/ns_last_pid",
             orphan - 1
         );
-        let ran = run(&shim.client, &format!("setpid{round}"), &sh(&wait)).await;
+        let ran = run(&shim.client, &format!("setpid{attempt}"), &sh(&wait)).await;
         assert_eq!(ran.exit, Some(Exit::code(0)), "{:?}", ran.stderr);
-        let id = format!("reuser{round}");
+        let id = format!("reuser{attempt}");
         let (p, _) = shim
             .client
             .spawn(

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use stepshim::files::{Limits, Options, Resolve, extract_with};
+use stepshim::extract::{Limits, Options, Resolve, extract_with};
 
 /// The prefix of the staging directories an upload makes inside its target.
 const STAGING: &[u8] = b".stepshim-put-";

@@ -51,7 +51,20 @@ fn defaults_need_a_token() {
         let bad = env(&[("STEPSHIM_INSECURE_NO_AUTH", "1"), (k, v)]);
         assert!(Config::from_sources(bad, vec![]).is_err(), "{k}={v}");
     }
-    assert_eq!(c.files, FilesSettings::default());
+    let files = FilesSettings {
+        max_bytes: 8 << 30,
+        max_header_bytes: 64 << 10,
+        direct_min: 8 << 20,
+        max_concurrent: 8,
+        idle_timeout: Duration::from_secs(60),
+    };
+    assert_eq!(c.files, files);
+    let artifacts = ArtifactsSettings {
+        max_grants: 64,
+        max_pulls: 8,
+        pull_retries: 8,
+    };
+    assert_eq!(c.artifacts, artifacts);
 }
 
 #[test]

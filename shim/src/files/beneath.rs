@@ -31,7 +31,7 @@ static OPENAT2: AtomicBool = AtomicBool::new(true);
 
 /// Why a directory could not be opened.
 #[derive(Debug)]
-pub enum Blocked {
+pub(crate) enum Blocked {
     /// Component `i` is a symlink.
     Symlink(usize),
     /// Component `i` is neither a directory nor a symlink.
@@ -43,13 +43,13 @@ pub enum Blocked {
 }
 
 /// A new fd for `dir` itself.
-pub fn reopen(dir: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+pub(crate) fn reopen(dir: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     sysfs::open_dir_at(dir, OsStr::new("."))
 }
 
 /// Opens the directory `comps` below `root`, creating missing components (mode 0755) when
 /// `create`.
-pub fn open_dirs(
+pub(crate) fn open_dirs(
     root: BorrowedFd<'_>,
     comps: &[&OsStr],
     create: bool,
@@ -115,7 +115,7 @@ fn classify(parent: BorrowedFd<'_>, name: &OsStr, i: usize, err: io::Error) -> B
 }
 
 /// The kind of `name` in `dir`, `None` when nothing is there.
-pub fn kind_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Option<Kind>> {
+pub(crate) fn kind_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Option<Kind>> {
     match sysfs::stat_at(dir, name) {
         Ok(st) => Ok(Some(st.kind)),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
@@ -126,7 +126,7 @@ pub fn kind_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Option<Kind>> {
 /// Removes `name` in `dir` and everything below it, never following a symlink. Directories are
 /// opened as they are descended (one fd per level), so depth costs descriptors: entry names are
 /// limited in depth for that reason.
-pub fn remove_tree(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+pub(crate) fn remove_tree(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
     match kind_at(dir, name)? {
         None => return Ok(()),
         Some(Kind::Dir) => {}

@@ -27,7 +27,7 @@ use crate::sys::fs::{self as sysfs, Kind, Rename};
 
 /// A target directory with its staging directory, removed on drop unless committed.
 #[derive(Debug)]
-pub struct Staged {
+pub(crate) struct Staged {
     /// The request's path, for messages.
     dir: PathBuf,
     /// The directory holding the staging directory: `DIR` itself, or its deepest existing
@@ -38,14 +38,14 @@ pub struct Staged {
     /// `DIR`'s missing components, below `anchor`; empty when `DIR` exists.
     missing: Vec<OsString>,
     /// Where the tree goes: the staging directory, or its copy of `DIR` when `DIR` is missing.
-    pub root: OwnedFd,
+    pub(crate) root: OwnedFd,
     /// `DIR` itself when it existed, for hard links to files already there.
-    pub existing: Option<OwnedFd>,
+    pub(crate) existing: Option<OwnedFd>,
 }
 
 impl Staged {
     /// Resolves `dir` (absolute) without symlinks and makes the staging directory.
-    pub fn prepare(dir: &Path) -> Result<Staged, FilesError> {
+    pub(crate) fn prepare(dir: &Path) -> Result<Staged, FilesError> {
         let mut comps = Vec::new();
         for c in dir.components() {
             match c {
@@ -101,7 +101,7 @@ impl Staged {
     /// Moves the staged tree into place and returns an fd of `DIR`. `explicit`: the directories
     /// the stream named (relative to `DIR`), which may replace a file or symlink already there;
     /// a directory made only as a parent may not. Sorted by their bytes ([`Explicit::of`]).
-    pub fn commit(&mut self, explicit: &Explicit) -> Result<OwnedFd, FilesError> {
+    pub(crate) fn commit(&mut self, explicit: &Explicit) -> Result<OwnedFd, FilesError> {
         let io = |what: &str, e: io::Error| FilesError::io(what, &self.dir, e);
         let stage = sysfs::open_dir_at(self.anchor.as_fd(), &self.name)
             .map_err(|e| io("opening staging in", e))?;
@@ -178,11 +178,11 @@ fn not_a_dir(
 /// The directories a stream named, relative to `DIR`: sorted by their bytes and searched (a hash
 /// set of paths costs the binary its own copy of the table code and of path hashing).
 #[derive(Debug)]
-pub struct Explicit(Vec<PathBuf>);
+pub(crate) struct Explicit(Vec<PathBuf>);
 
 impl Explicit {
     /// The set of `paths`.
-    pub fn of(paths: Vec<PathBuf>) -> Explicit {
+    pub(crate) fn of(paths: Vec<PathBuf>) -> Explicit {
         Explicit(crate::order::sort_by(paths, |a, b| bytes(a).cmp(bytes(b))))
     }
 
@@ -300,7 +300,7 @@ fn place(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, name: &OsStr, how: Rename) ->
 }
 
 /// A [`Blocked`] as the error of opening `comps` for `shown`.
-pub fn blocked(shown: &str, comps: &[&OsStr], b: Blocked) -> FilesError {
+pub(crate) fn blocked(shown: &str, comps: &[&OsStr], b: Blocked) -> FilesError {
     let (i, why) = match b {
         Blocked::Symlink(i) => (i, "is a symlink"),
         Blocked::NotDir(i) => (i, "is not a directory"),
@@ -320,7 +320,7 @@ pub fn blocked(shown: &str, comps: &[&OsStr], b: Blocked) -> FilesError {
 
 /// Sets the metadata of the directories seen, deepest first (a later duplicate wins), below the
 /// committed target. One that is no longer a directory reached without symlinks is left alone.
-pub fn finish_dirs(
+pub(crate) fn finish_dirs(
     target: BorrowedFd<'_>,
     dirs: Vec<(Vec<OsString>, Meta)>,
     resolve: Resolve,

@@ -1,6 +1,6 @@
 //! A regular file of an extraction (`unpack.rs`): created anew in its (already opened) parent,
 //! its contents streamed through one buffer with runs of zeros skipped as holes (a large file's
-//! written with `O_DIRECT`, see [`DIRECT_MIN`]), then owner, mode and mtime set through its own fd.
+//! written with `O_DIRECT`, see `Limits::direct_min`), then owner, mode and mtime set through its own fd.
 //!
 //! Per small file this costs four system calls (create, write, mtime, close); a large file one
 //! `write` per MiB of contents. Owner and mode are set only when the file did not get them at creation: the
@@ -29,16 +29,6 @@ use crate::sys::fs as sysfs;
 /// direct write is one large request to the disk (1 GiB pulled into ext4: 0.87 destination CPU s,
 /// 1.04 with 256 KiB).
 pub(super) const COPY_BUF: usize = 1024 * 1024;
-
-/// The default of `STEPSHIM_FILES_DIRECT_MIN_BYTES` (`Limits::direct_min`, 0 turns it off): files
-/// at least this large are written with `O_DIRECT`: their contents go from the buffer to the
-/// disk, not copied into the page cache first. On a VM whose free memory goes back to the host
-/// (virtio-balloon free page reporting, as on this project's cluster node) the page-cache copy
-/// faults in fresh host pages and took half of a pull's CPU (about 2 CPU s per GiB into a pod's
-/// overlay, and as much for GNU `tar -x`; `dd` of 4 GiB there: 4.9 system CPU s, 0.6 with
-/// `O_DIRECT`). Smaller files (a source tree's) stay in the page cache, where the next step reads
-/// them; a large file is read from the disk the first time.
-pub(super) const DIRECT_MIN: u64 = 8 << 20;
 
 /// Alignment of a direct write's buffer, offset and length (the largest logical block size).
 pub(super) const ALIGN: usize = 4096;
@@ -76,10 +66,10 @@ fn is_hole(buf: &[u8]) -> bool {
 #[derive(Debug)]
 pub(super) struct Parent {
     /// Its components below the staging root.
-    pub comps: Vec<std::ffi::OsString>,
-    pub fd: OwnedFd,
+    pub(crate) comps: Vec<std::ffi::OsString>,
+    pub(crate) fd: OwnedFd,
     /// What a file created in it gets, once the first one was asked.
-    pub learned: Cell<Option<Learned>>,
+    pub(crate) learned: Cell<Option<Learned>>,
 }
 
 /// What a file created in a directory gets: its owner, and whether a mode survived creation.
@@ -119,6 +109,28 @@ impl Unpacker<'_> {
             created => created,
         }
         .map_err(|e| fail("creating", e))?;
+        self.contents(shown, &mut file, size, data)?;
+        self.stats.bytes += size;
+        let learned = learn(parent, &file, mode).map_err(|e| fail("inspecting", e))?;
+        let mut meta = meta;
+        if meta.owner == Some(learned.owner) {
+            meta.owner = None;
+        }
+        // Without a chown, and with a mode that creation keeps, the file has its mode already.
+        let set_mode = meta.mode != mode || learned.kept_mode != Some(mode);
+        apply(&file, Path::new(shown), &meta, set_mode)
+    }
+
+    /// Streams a file's `size` bytes of contents from `data` into `file` a buffer at a time
+    /// (straight to the disk when `size` is at least `direct_min`); refused if `data` ends first.
+    fn contents(
+        &mut self,
+        shown: &str,
+        file: &mut File,
+        size: u64,
+        data: &mut impl Read,
+    ) -> Result<(), FilesError> {
+        let fail = |e| io_err("writing", shown, e);
         // The buffer's window aligned for direct I/O (the whole buffer, unaligned, if that fails:
         // direct writes then answer `EINVAL` and the file goes through the page cache).
         let at = self.buf.as_ptr().align_offset(ALIGN).min(ALIGN);
@@ -128,42 +140,11 @@ impl Unpacker<'_> {
         let (mut copied, mut hole_at_end) = (0u64, false);
         loop {
             // A whole buffer at a time: direct writes need aligned lengths.
-            let mut n = 0;
-            while n < buf.len() {
-                match data.read(&mut buf[n..]) {
-                    Ok(0) => break,
-                    Ok(k) => n += k,
-                    Err(err) if err.kind() == ErrorKind::Interrupted => {}
-                    Err(err) => return Err(corrupt(err)),
-                }
-            }
+            let n = fill(data, buf)?;
             if n == 0 {
                 break;
             }
-            // Runs of whole pieces, each run of zeros skipped with one seek, each of data one write.
-            let mut at = 0;
-            while at < n {
-                let piece = |from: usize| &buf[from..(from + HOLE).min(n)];
-                let hole = is_hole(piece(at));
-                let mut end = (at + HOLE).min(n);
-                while end < n && is_hole(piece(end)) == hole {
-                    end = (end + HOLE).min(n);
-                }
-                if hole {
-                    file.seek(SeekFrom::Current((end - at) as i64))
-                        .map_err(|e| fail("writing", e))?;
-                } else {
-                    if direct && (end - at) % ALIGN != 0 {
-                        // The unaligned tail goes through the page cache.
-                        direct = false;
-                        set_direct(file.as_fd(), false).map_err(|e| fail("writing", e))?;
-                    }
-                    write_chunk(&mut file, &buf[at..end], &mut direct)
-                        .map_err(|e| fail("writing", e))?;
-                }
-                hole_at_end = hole;
-                at = end;
-            }
+            hole_at_end = write_runs(file, &buf[..n], &mut direct).map_err(fail)?;
             copied += n as u64;
             if n < buf.len() {
                 break;
@@ -177,27 +158,66 @@ impl Unpacker<'_> {
         }
         if hole_at_end {
             // The size a trailing seek did not give the file.
-            file.set_len(copied).map_err(|e| fail("writing", e))?;
+            file.set_len(copied).map_err(fail)?;
         }
-        self.stats.bytes += copied;
-        let learned = match parent.learned.get() {
-            Some(learned) => learned,
-            None => {
-                let st = file.metadata().map_err(|e| fail("inspecting", e))?;
-                let learned = Learned {
-                    owner: (st.uid(), st.gid()),
-                    kept_mode: (st.mode() & 0o7777 == mode).then_some(mode),
-                };
-                parent.learned.set(Some(learned));
-                learned
-            }
-        };
-        let mut meta = meta;
-        if meta.owner == Some(learned.owner) {
-            meta.owner = None;
-        }
-        // Without a chown, and with a mode that creation keeps, the file has its mode already.
-        let set_mode = meta.mode != mode || learned.kept_mode != Some(mode);
-        apply(&file, Path::new(shown), &meta, set_mode)
+        Ok(())
     }
+}
+
+/// Reads from `data` until `buf` is full or the data ends; the bytes read.
+fn fill(data: &mut impl Read, buf: &mut [u8]) -> Result<usize, FilesError> {
+    let mut n = 0;
+    while n < buf.len() {
+        match data.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(err) if err.kind() == ErrorKind::Interrupted => {}
+            Err(err) => return Err(corrupt(err)),
+        }
+    }
+    Ok(n)
+}
+
+/// Writes `buf` at the file's offset in runs of whole [`HOLE`]-sized pieces: each run of zeros
+/// skipped with one seek, each run of data one write (an unaligned tail turns `direct` off);
+/// whether it ended in a hole.
+fn write_runs(file: &mut File, buf: &[u8], direct: &mut bool) -> io::Result<bool> {
+    let n = buf.len();
+    let (mut at, mut hole_at_end) = (0, false);
+    while at < n {
+        let piece = |from: usize| &buf[from..(from + HOLE).min(n)];
+        let hole = is_hole(piece(at));
+        let mut end = (at + HOLE).min(n);
+        while end < n && is_hole(piece(end)) == hole {
+            end = (end + HOLE).min(n);
+        }
+        if hole {
+            file.seek(SeekFrom::Current((end - at) as i64))?;
+        } else {
+            if *direct && !(end - at).is_multiple_of(ALIGN) {
+                // The unaligned tail goes through the page cache.
+                *direct = false;
+                set_direct(file.as_fd(), false)?;
+            }
+            write_chunk(file, &buf[at..end], direct)?;
+        }
+        hole_at_end = hole;
+        at = end;
+    }
+    Ok(hole_at_end)
+}
+
+/// What a file created in `parent` gets, asked of the first one (`file`, created with `mode`)
+/// and remembered for the rest.
+fn learn(parent: &Parent, file: &File, mode: u32) -> io::Result<Learned> {
+    if let Some(learned) = parent.learned.get() {
+        return Ok(learned);
+    }
+    let st = file.metadata()?;
+    let learned = Learned {
+        owner: (st.uid(), st.gid()),
+        kept_mode: (st.mode() & 0o7777 == mode).then_some(mode),
+    };
+    parent.learned.set(Some(learned));
+    Ok(learned)
 }

@@ -15,17 +15,17 @@ use super::FilesError;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Meta {
     /// Permission bits including setuid, setgid and sticky.
-    pub mode: u32,
+    pub(crate) mode: u32,
     /// Modification time (whole seconds, as in a ustar header).
-    pub mtime: SystemTime,
+    pub(crate) mtime: SystemTime,
     /// `Some((uid, gid))` when owners are kept.
-    pub owner: Option<(u32, u32)>,
+    pub(crate) owner: Option<(u32, u32)>,
 }
 
 impl Meta {
     /// Reads the metadata of an entry; owners only when `same_owner`. On a field that does not
     /// parse or fit, returns its name.
-    pub fn read(header: &Header, same_owner: bool) -> Result<Meta, &'static str> {
+    pub(crate) fn read(header: &Header, same_owner: bool) -> Result<Meta, &'static str> {
         let mode = header.mode().map_err(|_| "mode")? & 0o7777;
         let secs = header.mtime().map_err(|_| "mtime")?;
         let mtime = i64::try_from(secs)

@@ -30,28 +30,30 @@ use tar::{EntryType, Header};
 use super::sink::{Sink, Validator, padding};
 use super::{FilesError, check_request_path};
 
-/// Writes a tar stream of `path` to `writer` and returns the writer, flushed.
+/// Writes a tar stream of `path` (as [`prepare_archive`] takes it) to `writer` and returns the
+/// writer, flushed.
+#[cfg(test)]
+pub(crate) fn archive<W: Write>(path: &str, writer: W) -> Result<W, FilesError> {
+    prepare_archive(path)?.write_from(writer, 0, None)
+}
+
+/// A path checked and found, ready to be archived: lets a caller answer a bad or missing path with
+/// its proper error before it starts a response.
+#[derive(Debug)]
+pub(crate) struct ArchiveSource {
+    top: PathBuf,
+    name: Vec<u8>,
+    meta: Metadata,
+}
+
+/// Checks `path` and looks it up, without writing anything.
 ///
 /// `path` is the request's string as given: a trailing `/` on a directory means "its contents",
 /// named `./`, `./a`, `./a/b`...; otherwise there is one entry named after the last component,
 /// with everything below it when it is a directory (`dir/`, `dir/a`...). Symlinks are stored as
 /// symlinks, never followed (except the directory named with a trailing `/` itself, as `ls dir/`
 /// would). Sockets, FIFOs and device files are skipped.
-pub fn archive<W: Write>(path: &str, writer: W) -> Result<W, FilesError> {
-    prepare_archive(path)?.write(writer)
-}
-
-/// A path checked and found, ready to be archived: lets a caller answer a bad or missing path with
-/// its proper error before it starts a response.
-#[derive(Debug)]
-pub struct ArchiveSource {
-    top: PathBuf,
-    name: Vec<u8>,
-    meta: Metadata,
-}
-
-/// Checks `path` (as [`archive`] takes it) and looks it up, without writing anything.
-pub fn prepare_archive(path: &str) -> Result<ArchiveSource, FilesError> {
+pub(crate) fn prepare_archive(path: &str) -> Result<ArchiveSource, FilesError> {
     let top = Path::new(path);
     check_request_path(top)?;
     let contents = path.ends_with('/');
@@ -81,7 +83,7 @@ pub fn prepare_archive(path: &str) -> Result<ArchiveSource, FilesError> {
 
 impl ArchiveSource {
     /// Walks the tree without reading any file and returns its stream's [`Validator`].
-    pub fn validator(&self) -> Result<Validator, FilesError> {
+    pub(crate) fn validator(&self) -> Result<Validator, FilesError> {
         let mut sink = io::sink();
         let mut packer = Packer::new(&mut sink, 0, true);
         packer.walk(self.top.clone(), self.name.clone(), self.meta.clone())?;
@@ -89,15 +91,10 @@ impl ArchiveSource {
         Ok(packer.sink.validator())
     }
 
-    /// Writes the whole tar stream to `writer` and returns the writer, flushed.
-    pub fn write<W: Write>(self, writer: W) -> Result<W, FilesError> {
-        self.write_from(writer, 0, None)
-    }
-
     /// Writes the stream from byte `offset` on. With `expect`, the stream is cut before its
     /// end-of-archive marker unless the tree still has that validator: a resumed stream is never
     /// spliced from two different trees.
-    pub fn write_from<W: Write>(
+    pub(crate) fn write_from<W: Write>(
         self,
         mut writer: W,
         offset: u64,

@@ -14,30 +14,30 @@ const BLOCK: u64 = 512;
 
 /// What identifies one tree's stream: its length in bytes and its ETag (quoted, as sent).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Validator {
+pub(crate) struct Validator {
     /// Bytes of the whole stream, end-of-archive marker included.
-    pub len: u64,
+    pub(crate) len: u64,
     /// `"` + 32 hex digits + `"`.
-    pub etag: String,
+    pub(crate) etag: String,
 }
 
 /// Where the stream goes: counts every byte, writes those at or past `skip`, and hashes all but
 /// file contents into the ETag.
-pub struct Sink<'w> {
-    pub inner: &'w mut dyn Write,
+pub(crate) struct Sink<'w> {
+    pub(crate) inner: &'w mut dyn Write,
     pos: u64,
     skip: u64,
     /// No file is opened: only the validator is wanted.
-    pub dry: bool,
+    pub(crate) dry: bool,
     /// Closed on failure so that nothing, the end marker included, follows a partial entry.
-    pub open: bool,
-    pub hash: Sha256,
+    pub(crate) open: bool,
+    pub(crate) hash: Sha256,
     buf: Vec<u8>,
 }
 
 impl<'w> Sink<'w> {
     /// A sink writing to `inner` what lies at or past byte `skip`; `dry` opens no file.
-    pub fn new(inner: &'w mut dyn Write, skip: u64, dry: bool) -> Self {
+    pub(crate) fn new(inner: &'w mut dyn Write, skip: u64, dry: bool) -> Self {
         Sink {
             inner,
             pos: 0,
@@ -50,7 +50,7 @@ impl<'w> Sink<'w> {
     }
 
     /// Emits `data` (hashed when `meta`), writing what lies past the skip offset.
-    pub fn emit(&mut self, data: &[u8], meta: bool) -> io::Result<()> {
+    pub(crate) fn emit(&mut self, data: &[u8], meta: bool) -> io::Result<()> {
         if !self.open {
             return Err(io::Error::other("the archive was abandoned"));
         }
@@ -67,7 +67,7 @@ impl<'w> Sink<'w> {
     }
 
     /// Emits `size` bytes of `file` (read from where the skip offset falls) and the padding.
-    pub fn emit_file(&mut self, file: Option<File>, size: u64) -> io::Result<()> {
+    pub(crate) fn emit_file(&mut self, file: Option<File>, size: u64) -> io::Result<()> {
         let pad = padding(size);
         match file {
             Some(mut file) if self.pos + size > self.skip => {
@@ -102,7 +102,7 @@ impl<'w> Sink<'w> {
     }
 
     /// The end-of-archive marker: two zero blocks.
-    pub fn end(&mut self) -> Result<(), FilesError> {
+    pub(crate) fn end(&mut self) -> Result<(), FilesError> {
         self.emit(&[0; 2 * BLOCK as usize], false)
             .map_err(|e| FilesError::Io {
                 context: "finishing the archive".into(),
@@ -111,7 +111,7 @@ impl<'w> Sink<'w> {
     }
 
     /// The validator of the stream as it would end now.
-    pub fn validator_at_end(&self) -> Validator {
+    pub(crate) fn validator_at_end(&self) -> Validator {
         // The end marker is not hashed.
         Validator {
             len: self.pos + 2 * BLOCK,
@@ -120,7 +120,7 @@ impl<'w> Sink<'w> {
     }
 
     /// The validator of the stream so far (after [`Sink::end`]: of the whole stream).
-    pub fn validator(&self) -> Validator {
+    pub(crate) fn validator(&self) -> Validator {
         Validator {
             len: self.pos,
             etag: etag(self.hash.clone()),
@@ -129,7 +129,7 @@ impl<'w> Sink<'w> {
 }
 
 /// Zeros after `size` bytes of contents up to the next block.
-pub fn padding(size: u64) -> u64 {
+pub(crate) fn padding(size: u64) -> u64 {
     (BLOCK - size % BLOCK) % BLOCK
 }
 

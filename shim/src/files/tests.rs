@@ -27,7 +27,7 @@ mod staging;
 pub(super) struct Scratch(pub PathBuf);
 
 impl Scratch {
-    pub fn new(test: &str) -> Scratch {
+    pub(crate) fn new(test: &str) -> Scratch {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let path =
@@ -37,7 +37,7 @@ impl Scratch {
         Scratch(path)
     }
 
-    pub fn join(&self, rel: &str) -> PathBuf {
+    pub(crate) fn join(&self, rel: &str) -> PathBuf {
         self.0.join(rel)
     }
 }
@@ -52,11 +52,11 @@ impl Drop for Scratch {
 pub(super) struct RawTar(tar::Builder<Vec<u8>>);
 
 impl RawTar {
-    pub fn new() -> RawTar {
+    pub(crate) fn new() -> RawTar {
         RawTar(tar::Builder::new(Vec::new()))
     }
 
-    pub fn entry(
+    pub(crate) fn entry(
         &mut self,
         kind: EntryType,
         name: &[u8],
@@ -80,15 +80,15 @@ impl RawTar {
         self
     }
 
-    pub fn file(&mut self, name: &str, data: &[u8]) -> &mut Self {
+    pub(crate) fn file(&mut self, name: &str, data: &[u8]) -> &mut Self {
         self.entry(EntryType::Regular, name.as_bytes(), b"", 0o644, data)
     }
 
-    pub fn dir(&mut self, name: &str) -> &mut Self {
+    pub(crate) fn dir(&mut self, name: &str) -> &mut Self {
         self.entry(EntryType::Directory, name.as_bytes(), b"", 0o755, b"")
     }
 
-    pub fn symlink(&mut self, name: &str, target: &str) -> &mut Self {
+    pub(crate) fn symlink(&mut self, name: &str, target: &str) -> &mut Self {
         self.entry(
             EntryType::Symlink,
             name.as_bytes(),
@@ -98,7 +98,7 @@ impl RawTar {
         )
     }
 
-    pub fn hard_link(&mut self, name: &str, target: &str) -> &mut Self {
+    pub(crate) fn hard_link(&mut self, name: &str, target: &str) -> &mut Self {
         self.entry(
             EntryType::Link,
             name.as_bytes(),
@@ -108,7 +108,7 @@ impl RawTar {
         )
     }
 
-    pub fn finish(&mut self) -> Vec<u8> {
+    pub(crate) fn finish(&mut self) -> Vec<u8> {
         self.0.finish().unwrap();
         std::mem::take(self.0.get_mut())
     }

@@ -61,11 +61,12 @@ pub struct Options {
 }
 
 /// Entries deeper than this are refused: removing or merging a tree holds one fd per level.
-pub const MAX_DEPTH: usize = 512;
+pub(crate) const MAX_DEPTH: usize = 512;
 
 /// Extracts a tar stream under `dir` (absolute; created with parents if missing) with the
 /// default caps. See [`extract_with`].
-pub fn extract<R: Read>(
+#[cfg(test)]
+pub(crate) fn extract<R: Read>(
     reader: R,
     dir: &Path,
     same_owner: bool,
@@ -131,17 +132,17 @@ pub(super) fn corrupt(err: io::Error) -> FilesError {
 /// The state of one extraction.
 pub(super) struct Unpacker<'a> {
     /// The staging copy of the target directory.
-    pub root: BorrowedFd<'a>,
+    pub(crate) root: BorrowedFd<'a>,
     /// The target directory when it existed before, for hard links to files already there.
-    pub existing: Option<BorrowedFd<'a>>,
-    pub opts: Options,
+    pub(crate) existing: Option<BorrowedFd<'a>>,
+    pub(crate) opts: Options,
     /// Directories seen, by components below the root, with the metadata to give them at the end.
     dirs: Vec<(Vec<OsString>, Meta)>,
-    pub stats: ExtractStats,
+    pub(crate) stats: ExtractStats,
     /// File contents go through it ([`COPY_BUF`] bytes, aligned for direct I/O, in it).
-    pub buf: Vec<u8>,
+    pub(crate) buf: Vec<u8>,
     /// The parent of the last entry placed, kept open for the next entries in the same directory.
-    pub parent: Option<Rc<Parent>>,
+    pub(crate) parent: Option<Rc<Parent>>,
 }
 
 impl Unpacker<'_> {

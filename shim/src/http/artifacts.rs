@@ -17,7 +17,11 @@ use crate::grants::Granted;
 
 /// The grant a request's token names (after the pod token did not match): 401 when none does, or
 /// when it expired or was used up.
-pub fn grant_of(app: &App, bearer: Option<&[u8]>, proxy: Option<&[u8]>) -> Result<Granted, Error> {
+pub(crate) fn grant_of(
+    app: &App,
+    bearer: Option<&[u8]>,
+    proxy: Option<&[u8]>,
+) -> Result<Granted, Error> {
     let from_bearer = bearer.and_then(|v| {
         v.get(..7)
             .filter(|s| s.eq_ignore_ascii_case(b"bearer "))
@@ -33,7 +37,7 @@ pub fn grant_of(app: &App, bearer: Option<&[u8]>, proxy: Option<&[u8]>) -> Resul
 
 /// A grant token may only `GET /v1/files` with a path under its grant (one use counted); a refusal
 /// is counted for `/metrics`.
-pub fn check_granted(
+pub(crate) fn check_granted(
     app: &App,
     granted: &Granted,
     route: &Route<'_>,
@@ -53,7 +57,10 @@ pub fn check_granted(
 }
 
 /// `/v1/grants`: `POST` registers, `GET` lists.
-pub async fn grants(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, Error> {
+pub(crate) async fn grants(
+    app: &Arc<App>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Error> {
     match *req.method() {
         Method::POST => {
             let spec: GrantRequest = read_json(req.into_body()).await?;
@@ -72,7 +79,7 @@ pub async fn grants(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<B
 
 /// `/v1/pulls/{id}`: `PUT` starts (idempotent by id), `GET` reports (optionally waiting for the
 /// end), `DELETE` cancels and forgets.
-pub async fn pull(
+pub(crate) async fn pull(
     app: &Arc<App>,
     id: &str,
     req: Request<Incoming>,

@@ -1,4 +1,4 @@
-//! Response bodies and request helpers shared by the handlers: JSON and error answers, a body fed by a
+//! Response bodies and request parsing shared by the handlers: JSON and error answers, a body fed by a
 //! channel (for streams produced by a task), bounded JSON request bodies, and query parameters.
 
 use std::pin::Pin;
@@ -15,15 +15,15 @@ use tokio::sync::mpsc;
 use crate::error::Error;
 
 /// The body type of every response.
-pub type Body = BoxBody<Bytes, std::io::Error>;
+pub(crate) type Body = BoxBody<Bytes, std::io::Error>;
 
 /// Largest JSON request body.
-pub const JSON_LIMIT: usize = 1 << 20;
+pub(crate) const JSON_LIMIT: usize = 1 << 20;
 
 /// A body whose chunks come from a channel; an `Err` item aborts the response (the client sees a
 /// truncated stream, never a silently short one).
 #[derive(Debug)]
-pub struct ChannelBody(pub mpsc::Receiver<Result<Bytes, std::io::Error>>);
+pub(crate) struct ChannelBody(pub(crate) mpsc::Receiver<Result<Bytes, std::io::Error>>);
 
 impl http_body::Body for ChannelBody {
     type Data = Bytes;
@@ -40,14 +40,14 @@ impl http_body::Body for ChannelBody {
 }
 
 /// A complete body.
-pub fn full(data: impl Into<Bytes>) -> Body {
+pub(crate) fn full(data: impl Into<Bytes>) -> Body {
     Full::new(data.into())
         .map_err(|never| match never {})
         .boxed()
 }
 
 /// A JSON answer.
-pub fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+pub(crate) fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
     let bytes = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
     let mut r = Response::new(full(bytes));
     *r.status_mut() = status;
@@ -59,7 +59,7 @@ pub fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
 }
 
 /// The answer for an error: its status, JSON body, and `WWW-Authenticate`/`Allow` where they apply.
-pub fn error(err: &Error) -> Response<Body> {
+pub(crate) fn error(err: &Error) -> Response<Body> {
     let code = err.code();
     let status = StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut r = json(status, &err.body());
@@ -80,14 +80,16 @@ pub fn error(err: &Error) -> Response<Body> {
 }
 
 /// An empty answer.
-pub fn empty(status: StatusCode) -> Response<Body> {
+pub(crate) fn empty(status: StatusCode) -> Response<Body> {
     let mut r = Response::new(full(Bytes::new()));
     *r.status_mut() = status;
     r
 }
 
 /// Reads and parses a JSON body of at most [`JSON_LIMIT`] bytes.
-pub async fn read_json<T: DeserializeOwned>(body: hyper::body::Incoming) -> Result<T, Error> {
+pub(crate) async fn read_json<T: DeserializeOwned>(
+    body: hyper::body::Incoming,
+) -> Result<T, Error> {
     let bytes = read_limited(body).await?;
     serde_json::from_slice(&bytes).map_err(|e| Error::InvalidJson(e.to_string()))
 }
@@ -111,11 +113,11 @@ async fn read_limited(body: hyper::body::Incoming) -> Result<Bytes, Error> {
 
 /// Parsed query parameters of a request.
 #[derive(Debug, Default)]
-pub struct Query(Vec<(String, String)>);
+pub(crate) struct Query(Vec<(String, String)>);
 
 impl Query {
     /// Parses a query string; a broken percent-escape is a bad request.
-    pub fn parse(q: Option<&str>) -> Result<Self, Error> {
+    pub(crate) fn parse(q: Option<&str>) -> Result<Self, Error> {
         let mut out = Vec::new();
         for (k, v) in protocol::routes::query_pairs(q.unwrap_or("")) {
             let v = v.ok_or_else(|| {
@@ -127,7 +129,7 @@ impl Query {
     }
 
     /// The value of `name`, last one winning.
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.0
             .iter()
             .rev()
@@ -136,12 +138,12 @@ impl Query {
     }
 
     /// A boolean flag: `1` or `true`.
-    pub fn flag(&self, name: &str) -> bool {
+    pub(crate) fn flag(&self, name: &str) -> bool {
         matches!(self.get(name), Some("1") | Some("true"))
     }
 
     /// An unsigned integer parameter, with a default when absent.
-    pub fn u64(&self, name: &str, default: u64) -> Result<u64, Error> {
+    pub(crate) fn u64(&self, name: &str, default: u64) -> Result<u64, Error> {
         match self.get(name) {
             None | Some("") => Ok(default),
             Some(v) => v

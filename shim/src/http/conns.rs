@@ -12,27 +12,27 @@ use tokio::sync::Notify;
 
 /// One open connection's shared flags.
 #[derive(Debug, Default)]
-pub struct Slot {
+pub(crate) struct Slot {
     /// Set once a request on the connection passed authentication.
-    pub authed: AtomicBool,
+    pub(crate) authed: AtomicBool,
     /// Notified when the connection is evicted; its task then drops it.
-    pub evict: Notify,
+    pub(crate) evict: Notify,
 }
 
 /// The open connections, oldest first.
 #[derive(Debug)]
-pub struct Conns {
+pub(crate) struct Conns {
     max: usize,
     open: Mutex<(u64, HashMap<u64, Arc<Slot>>)>,
 }
 
 /// A connection's place under the cap, released when dropped.
 #[derive(Debug)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     conns: Arc<Conns>,
     id: u64,
     /// The connection's flags.
-    pub slot: Arc<Slot>,
+    pub(crate) slot: Arc<Slot>,
 }
 
 impl Drop for Ticket {
@@ -43,25 +43,26 @@ impl Drop for Ticket {
 
 impl Conns {
     /// Room for `max` connections.
-    pub fn new(max: usize) -> Arc<Self> {
+    pub(crate) fn new(max: usize) -> Arc<Self> {
         Arc::new(Conns {
             max,
             open: Mutex::new((0, HashMap::new())),
         })
     }
 
+    /// Connections open now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().1.len()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, (u64, HashMap<u64, Arc<Slot>>)> {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Connections open now.
-    pub fn len(&self) -> usize {
-        self.lock().1.len()
-    }
-
     /// A place for a new connection, evicting the oldest unauthenticated one at the cap; `None`
     /// when every open connection is authenticated and the cap is reached.
-    pub fn admit(self: &Arc<Self>) -> Option<Ticket> {
+    pub(crate) fn admit(self: &Arc<Self>) -> Option<Ticket> {
         let mut guard = self.lock();
         let (next, open) = &mut *guard;
         if open.len() >= self.max {

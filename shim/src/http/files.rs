@@ -23,28 +23,23 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use super::body::{Body, ChannelBody, Query, empty};
 use crate::config::FilesSettings;
 use crate::error::Error;
-use crate::files::{self, FilesError, Limits, Options, Resolve};
-use crate::log::{IO_CHUNK, pool};
+use crate::files::{self, FilesError, Options, Resolve};
+use crate::output_log::{IO_CHUNK, pool};
 
 /// The file transfer caps and the slots of the transfers running.
 #[derive(Debug)]
-pub struct Transfers {
+pub(crate) struct Transfers {
     settings: FilesSettings,
     slots: Arc<Semaphore>,
 }
 
 impl Transfers {
     /// Caps from the configuration.
-    pub fn new(settings: FilesSettings) -> Self {
+    pub(crate) fn new(settings: FilesSettings) -> Self {
         Transfers {
             settings,
             slots: Arc::new(Semaphore::new(settings.max_concurrent)),
         }
-    }
-
-    /// The caps.
-    pub fn settings(&self) -> FilesSettings {
-        self.settings
     }
 
     /// A slot for one transfer, or 503 when all are taken.
@@ -58,14 +53,8 @@ impl Transfers {
     }
 }
 
-impl Default for Transfers {
-    fn default() -> Self {
-        Transfers::new(FilesSettings::default())
-    }
-}
-
 /// `/v1/files?path=...`
-pub async fn handle(
+pub(crate) async fn handle(
     req: Request<Incoming>,
     q: &Query,
     same_owner: bool,
@@ -87,11 +76,7 @@ pub async fn handle(
     if method == Method::PUT {
         let opts = Options {
             same_owner,
-            limits: Limits {
-                max_bytes: s.max_bytes,
-                max_header_bytes: s.max_header_bytes,
-                direct_min: s.direct_min,
-            },
+            limits: s.limits(),
             resolve: Resolve::Auto,
         };
         put(

@@ -27,8 +27,7 @@ use tokio::net::TcpListener;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::table::Table;
-pub use body::Body;
-pub use files::Transfers;
+pub(crate) use body::Body;
 
 /// Time a client has to send a request's headers (and how long an authenticated connection may
 /// sit idle between requests).
@@ -36,13 +35,13 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a connection may cost before it has authenticated, from the configuration.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Connections open at once (see [`conns`]).
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Bytes of a request line and headers together.
-    pub max_header_bytes: usize,
+    pub(crate) max_header_bytes: usize,
     /// How long a connection may stay open without a request that passed authentication.
-    pub auth_timeout: Duration,
+    pub(crate) auth_timeout: Duration,
 }
 
 impl From<&crate::Config> for Limits {
@@ -57,79 +56,58 @@ impl From<&crate::Config> for Limits {
 
 /// Shared state of the HTTP side.
 #[derive(Debug)]
-pub struct App {
+pub(crate) struct App {
     /// The processes.
-    pub table: Arc<Table>,
+    pub(crate) table: Arc<Table>,
     /// SHA-256 of the token; `None` runs without authentication.
-    pub token_sha256: Option<[u8; 32]>,
+    pub(crate) token_sha256: Option<[u8; 32]>,
     /// Counters.
-    pub metrics: Metrics,
+    pub(crate) metrics: Metrics,
     /// Reported by `/v1/info`.
-    pub boot_id: String,
+    pub(crate) boot_id: String,
     /// Whether extracted files keep their owners (the shim runs as root).
-    pub same_owner: bool,
+    pub(crate) same_owner: bool,
     /// Connection limits.
-    pub limits: Limits,
+    pub(crate) limits: Limits,
     conns: Arc<conns::Conns>,
     /// Caps and slots of file transfers.
-    pub files: files::Transfers,
+    pub(crate) files: files::Transfers,
     /// Read grants on this shim's files.
-    pub grants: crate::grants::Grants,
+    pub(crate) grants: crate::grants::Grants,
     /// Pulls into this shim.
-    pub pulls: crate::pull::Pulls,
+    pub(crate) pulls: crate::pull::Pulls,
 }
 
 impl App {
-    /// The shared state.
-    pub fn new(
+    /// The shared state, with the connection, transfer, grant and pull caps of `config`.
+    pub(crate) fn new(
         table: Arc<Table>,
-        token_sha256: Option<[u8; 32]>,
+        config: &crate::Config,
         boot_id: String,
         same_owner: bool,
-        limits: Limits,
     ) -> Self {
+        let limits = Limits::from(config);
         App {
             table,
-            token_sha256,
+            token_sha256: config.token_sha256,
             metrics: Metrics::default(),
             boot_id,
             same_owner,
             limits,
             conns: conns::Conns::new(limits.max_connections),
-            files: files::Transfers::default(),
-            grants: crate::grants::Grants::new(
-                crate::config::ArtifactsSettings::default().max_grants,
-            ),
+            files: files::Transfers::new(config.files),
+            grants: crate::grants::Grants::new(config.artifacts.max_grants),
             pulls: crate::pull::Pulls::new(pull_settings(
-                crate::config::FilesSettings::default(),
-                crate::config::ArtifactsSettings::default(),
+                config.files,
+                config.artifacts,
                 same_owner,
             )),
         }
     }
 
-    /// The same with grant and pull caps from the configuration (after [`App::with_files`]).
-    pub fn with_artifacts(mut self, a: crate::config::ArtifactsSettings) -> Self {
-        self.grants = crate::grants::Grants::new(a.max_grants);
-        self.pulls =
-            crate::pull::Pulls::new(pull_settings(self.files.settings(), a, self.same_owner));
-        self
-    }
-
-    /// The same with file transfer caps from the configuration.
-    pub fn with_files(mut self, settings: crate::config::FilesSettings) -> Self {
-        self.files = files::Transfers::new(settings);
-        self
-    }
-
     /// Whether shutdown has begun (the table is closed): `/healthz` answers 503, spawns are refused.
-    pub fn is_shutting_down(&self) -> bool {
+    pub(crate) fn is_shutting_down(&self) -> bool {
         self.table.is_closed()
-    }
-
-    /// Connections open now.
-    pub fn open_connections(&self) -> usize {
-        self.conns.len()
     }
 }
 
@@ -142,17 +120,13 @@ fn pull_settings(
         max: a.max_pulls,
         retries: a.pull_retries,
         idle: f.idle_timeout,
-        limits: crate::files::Limits {
-            max_bytes: f.max_bytes,
-            max_header_bytes: f.max_header_bytes,
-            direct_min: f.direct_min,
-        },
+        limits: f.limits(),
         same_owner,
     }
 }
 
 /// Accepts connections until `stop` resolves; connections already open keep being served.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     app: Arc<App>,
     stop: impl std::future::Future<Output = ()>,
@@ -233,7 +207,11 @@ async fn connection(
 }
 
 /// Answers one request.
-pub async fn handle(app: Arc<App>, req: Request<Incoming>, authed: &AtomicBool) -> Response<Body> {
+pub(crate) async fn handle(
+    app: Arc<App>,
+    req: Request<Incoming>,
+    authed: &AtomicBool,
+) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let route = Route::parse(&path);
     let label = route.as_ref().map_or("unknown", Route::label);
@@ -259,6 +237,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>, authed: &AtomicBool) 
     response
 }
 
+/// Authenticates a request, checks its route and query, and hands it to the route's handler.
 async fn dispatch(
     app: &Arc<App>,
     route: Result<Route<'_>, RouteError>,
@@ -274,17 +253,7 @@ async fn dispatch(
             Err(Error::MethodNotAllowed("GET"))
         };
     }
-    let mut granted = None;
-    if let Some(want) = &app.token_sha256 {
-        let headers = req.headers();
-        let bearer = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
-        let proxy = headers
-            .get(protocol::token::PROXY_HEADER)
-            .map(|v| v.as_bytes());
-        if !crate::auth::check(bearer, proxy, want) {
-            granted = Some(artifacts::grant_of(app, bearer, proxy)?);
-        }
-    }
+    let granted = authenticate(app, &req)?;
     authed.store(true, Ordering::Release);
     if granted.is_some() && route.is_err() {
         return Err(app.grants.refuse(Error::Forbidden(
@@ -300,6 +269,36 @@ async fn dispatch(
     if let Some(g) = granted {
         artifacts::check_granted(app, &g, &route, req.method(), &q)?;
     }
+    route_to(app, route, req, &q).await
+}
+
+/// Checks the request's token: the shim's own lets it through (`None`), a read grant's gives
+/// that grant (for the caller to hold the request to); anything else is refused.
+fn authenticate(
+    app: &App,
+    req: &Request<Incoming>,
+) -> Result<Option<crate::grants::Granted>, Error> {
+    let Some(want) = &app.token_sha256 else {
+        return Ok(None);
+    };
+    let headers = req.headers();
+    let bearer = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+    let proxy = headers
+        .get(protocol::token::PROXY_HEADER)
+        .map(|v| v.as_bytes());
+    if crate::auth::check(bearer, proxy, want) {
+        return Ok(None);
+    }
+    artifacts::grant_of(app, bearer, proxy).map(Some)
+}
+
+/// Runs the handler of an authenticated request's `route`, once its method is one the route takes.
+async fn route_to(
+    app: &Arc<App>,
+    route: Route<'_>,
+    req: Request<Incoming>,
+    q: &body::Query,
+) -> Result<Response<Body>, Error> {
     let method = req.method().clone();
     let only = |m: Method, allow: &'static str| {
         if method == m {
@@ -312,38 +311,24 @@ async fn dispatch(
         Route::Healthz => Err(Error::MethodNotAllowed("GET")),
         Route::Info => {
             only(Method::GET, "GET")?;
-            let info = protocol::Info {
-                protocol: protocol::PROTOCOL_VERSION,
-                version: env!("CARGO_PKG_VERSION").to_owned(),
-                boot_id: app.boot_id.clone(),
-            };
-            Ok(body::json(StatusCode::OK, &info))
+            Ok(info(app))
         }
         Route::Metrics => {
             only(Method::GET, "GET")?;
-            let mut r = Response::new(body::full(app.metrics.render(
-                &app.table,
-                &app.grants,
-                &app.pulls,
-            )));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-            );
-            Ok(r)
+            Ok(metrics(app))
         }
         Route::Processes => {
             only(Method::GET, "GET")?;
             Ok(process::list(app))
         }
-        Route::Process(id) => process::process(app, id, req, &q).await,
+        Route::Process(id) => process::process(app, id, req, q).await,
         Route::Output(id) => {
             only(Method::GET, "GET")?;
-            output::handle(app, id, &q)
+            output::handle(app, id, q)
         }
         Route::Stdin(id) => {
             only(Method::POST, "POST")?;
-            process::stdin(app, id, req, &q).await
+            process::stdin(app, id, req, q).await
         }
         Route::Signal(id) => {
             only(Method::POST, "POST")?;
@@ -353,7 +338,7 @@ async fn dispatch(
             only(Method::POST, "POST")?;
             process::resize(app, id, req).await
         }
-        Route::Files => files::handle(req, &q, app.same_owner, &app.files).await,
+        Route::Files => files::handle(req, q, app.same_owner, &app.files).await,
         Route::Grants => artifacts::grants(app, req).await,
         Route::Grant(id) => {
             only(Method::DELETE, "DELETE")?;
@@ -369,8 +354,32 @@ async fn dispatch(
                 },
             ))
         }
-        Route::Pull(id) => artifacts::pull(app, id, req, &q).await,
+        Route::Pull(id) => artifacts::pull(app, id, req, q).await,
     }
+}
+
+/// `GET /v1/info`: the protocol version, the shim's version and this start's boot id.
+fn info(app: &App) -> Response<Body> {
+    let info = protocol::Info {
+        protocol: protocol::PROTOCOL_VERSION,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        boot_id: app.boot_id.clone(),
+    };
+    body::json(StatusCode::OK, &info)
+}
+
+/// `GET /metrics`: Prometheus text.
+fn metrics(app: &App) -> Response<Body> {
+    let mut r = Response::new(body::full(app.metrics.render(
+        &app.table,
+        &app.grants,
+        &app.pulls,
+    )));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    r
 }
 
 /// `GET /healthz`, answered before authentication: 200 while serving, 503 once shutdown began.

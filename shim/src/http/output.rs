@@ -19,12 +19,12 @@ use crate::error::Error;
 use crate::proc::Proc;
 
 /// Largest chunk copied out of the log at once.
-const CHUNK: usize = crate::log::pool::STREAM_READ;
+const CHUNK: usize = crate::output_log::pool::STREAM_READ;
 /// Idle time after which a keepalive frame is sent on a follow.
-pub const KEEPALIVE: Duration = Duration::from_secs(10);
+pub(crate) const KEEPALIVE: Duration = Duration::from_secs(10);
 
 /// Answers an output request.
-pub fn handle(app: &Arc<App>, id: &str, query: &Query) -> Result<Response<Body>, Error> {
+pub(crate) fn handle(app: &Arc<App>, id: &str, query: &Query) -> Result<Response<Body>, Error> {
     let proc = app.table.get(id)?;
     let offset = query.u64(protocol::query::OFFSET, 0)?;
     let follow = query.flag(protocol::query::FOLLOW);

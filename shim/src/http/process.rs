@@ -26,13 +26,13 @@ pub(super) fn wait_of(q: &Query) -> Result<Option<Duration>, Error> {
 }
 
 /// `GET /v1/processes`
-pub fn list(app: &App) -> Response<Body> {
+pub(crate) fn list(app: &App) -> Response<Body> {
     let processes = app.table.list().iter().map(|p| p.snapshot()).collect();
     json(StatusCode::OK, &ProcessList { processes })
 }
 
 /// `/v1/processes/{id}`: PUT spawns, GET reads (optionally waiting), DELETE forgets.
-pub async fn process(
+pub(crate) async fn process(
     app: &Arc<App>,
     id: &str,
     req: Request<Incoming>,
@@ -77,7 +77,7 @@ pub async fn process(
 }
 
 /// `POST /v1/processes/{id}/stdin`
-pub async fn stdin(
+pub(crate) async fn stdin(
     app: &App,
     id: &str,
     req: Request<Incoming>,
@@ -104,7 +104,11 @@ pub async fn stdin(
 }
 
 /// `POST /v1/processes/{id}/signal`
-pub async fn signal(app: &App, id: &str, req: Request<Incoming>) -> Result<Response<Body>, Error> {
+pub(crate) async fn signal(
+    app: &App,
+    id: &str,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Error> {
     let proc = app.table.get(id)?;
     let body: SignalRequest = read_json(req.into_body()).await?;
     let sig = protocol::signal::parse(&body.signal).ok_or_else(|| {
@@ -115,7 +119,11 @@ pub async fn signal(app: &App, id: &str, req: Request<Incoming>) -> Result<Respo
 }
 
 /// `POST /v1/processes/{id}/resize`
-pub async fn resize(app: &App, id: &str, req: Request<Incoming>) -> Result<Response<Body>, Error> {
+pub(crate) async fn resize(
+    app: &App,
+    id: &str,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Error> {
     let proc = app.table.get(id)?;
     let size: ResizeRequest = read_json(req.into_body()).await?;
     proc.resize(size.cols, size.rows)?;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 /// Bytes that may wait for the flusher.
-pub const CAP: usize = 64 * 1024;
+pub(crate) const CAP: usize = 64 * 1024;
 
 /// Capacity kept for waiting lines after a flush; a burst's larger buffer is freed.
 const KEEP: usize = 4096;
@@ -29,7 +29,7 @@ static WAKE: Notify = Notify::const_new();
 
 /// What [`Pending::push`] asks of its caller.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Push {
+pub(crate) enum Push {
     /// The line waits; `true` when it is the first one (the flusher must be woken).
     Waits(bool),
     /// Write these bytes now (everything that waited, then the line).
@@ -38,14 +38,14 @@ pub enum Push {
 
 /// Lines waiting for a flush, bounded by a cap.
 #[derive(Debug, Default)]
-pub struct Pending {
+pub(crate) struct Pending {
     bytes: Vec<u8>,
 }
 
 impl Pending {
     /// Adds `line`: it waits unless it is `urgent` or would take the waiting bytes past `cap`, in
     /// which case everything that waited comes back with it, in order.
-    pub fn push(&mut self, line: &[u8], urgent: bool, cap: usize) -> Push {
+    pub(crate) fn push(&mut self, line: &[u8], urgent: bool, cap: usize) -> Push {
         if urgent || self.bytes.len() + line.len() > cap {
             let mut out = self.take();
             out.extend_from_slice(line);
@@ -57,7 +57,7 @@ impl Pending {
     }
 
     /// Everything waiting, leaving the buffer empty (and small).
-    pub fn take(&mut self) -> Vec<u8> {
+    pub(crate) fn take(&mut self) -> Vec<u8> {
         let keep = self.bytes.capacity().min(KEEP);
         std::mem::replace(&mut self.bytes, Vec::with_capacity(keep))
     }
@@ -76,7 +76,7 @@ fn out(bytes: &[u8]) {
 
 /// Writes `line` (newline included) now or behind, as the module header says. The write happens
 /// under the lock, so lines from several threads keep one order.
-pub fn write(line: &[u8], urgent: bool) {
+pub(crate) fn write(line: &[u8], urgent: bool) {
     let mut p = pending();
     let direct = DELAY_MS.load(Ordering::Relaxed) == 0;
     let first = match p.push(line, urgent || direct, CAP) {
@@ -93,7 +93,7 @@ pub fn write(line: &[u8], urgent: bool) {
 }
 
 /// Writes every waiting line now.
-pub fn flush() {
+pub(crate) fn flush() {
     let mut p = pending();
     let bytes = p.take();
     out(&bytes);
@@ -108,7 +108,7 @@ pub fn stop() {
 /// Holds info and finer lines back for up to `delay` from now on and writes them when it has
 /// passed since the first of a batch; returns at once for a delay of 0. Runs for the life of the
 /// runtime; [`stop`] ends the holding back.
-pub async fn flusher(delay: Duration) {
+pub(crate) async fn flusher(delay: Duration) {
     if delay.is_zero() {
         return;
     }

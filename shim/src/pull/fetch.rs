@@ -26,7 +26,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Where a pull fetches from: the address, `host:port` as sent, the request target, the token.
 #[derive(Debug, Clone)]
-pub struct Source {
+pub(crate) struct Source {
     addr: SocketAddr,
     authority: String,
     target: String,
@@ -35,7 +35,7 @@ pub struct Source {
 
 impl Source {
     /// Checks a pull spec's source: `http://ip:port` (no path, no TLS, no host name).
-    pub fn parse(spec: &PullSpec) -> Result<Source, Error> {
+    pub(crate) fn parse(spec: &PullSpec) -> Result<Source, Error> {
         let bad = |why: &str| Error::BadRequest(format!("source {:?}: {why}", spec.source));
         let rest = spec
             .source
@@ -70,7 +70,7 @@ impl Source {
 }
 
 /// The stream across connections, read by the extraction.
-pub struct Fetch<'a> {
+pub(crate) struct Fetch<'a> {
     pull: &'a Pull,
     source: &'a Source,
     s: &'a Settings,
@@ -86,12 +86,12 @@ pub struct Fetch<'a> {
     /// Connection attempts in a row without a byte of progress.
     failures: u32,
     /// Why the fetch gave up (the extraction then fails with this as its read error).
-    pub failure: Option<String>,
+    pub(crate) failure: Option<String>,
 }
 
 impl<'a> Fetch<'a> {
     /// A fetch that connects on its first read.
-    pub fn new(pull: &'a Pull, source: &'a Source, s: &'a Settings) -> Self {
+    pub(crate) fn new(pull: &'a Pull, source: &'a Source, s: &'a Settings) -> Self {
         Fetch {
             pull,
             source,
@@ -210,7 +210,7 @@ impl<'a> Fetch<'a> {
     }
 
     /// Reads stream bytes into `buf` (never past `limit` of the stream), hashing them; a failed
-    /// connection is dropped and `Ok(0)` asks the caller to go round again.
+    /// connection is dropped and `Ok(0)` asks the caller to try again.
     fn receive(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let Some(conn) = &mut self.conn else {
             self.connect()?;
@@ -280,7 +280,7 @@ impl Read for Fetch<'_> {
         if buf.is_empty() {
             return Ok(0);
         }
-        // Bounded: each round either returns, makes progress or counts a failure.
+        // Bounded: each pass either returns, makes progress or counts a failure.
         loop {
             if let Some(total) = self.total {
                 let keep_from = total - TAIL;

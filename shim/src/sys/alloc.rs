@@ -20,7 +20,7 @@ fn heap() -> std::sync::MutexGuard<'static, Dlmalloc> {
 }
 
 /// Rust's allocations, from [`HEAP`].
-pub struct ShimAlloc;
+pub(crate) struct ShimAlloc;
 
 #[global_allocator]
 static GLOBAL: ShimAlloc = ShimAlloc;

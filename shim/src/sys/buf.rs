@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, AsRawFd};
 /// Reads at most `max` bytes from `fd` onto the end of `buf` (growing its capacity if it has less than
 /// `max` spare), with `pread` at `at` when given, else from the fd's position. Returns the bytes read,
 /// 0 at end of file. Retries `EINTR`; `EAGAIN` and every other error are returned.
-pub fn read_spare(
+pub(crate) fn read_spare(
     fd: impl AsFd,
     buf: &mut Vec<u8>,
     max: usize,

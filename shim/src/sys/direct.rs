@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use super::cvt;
 
 /// Turns `O_DIRECT` on or off for `fd`; a file system without direct I/O answers `EINVAL`.
-pub fn set_direct(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+pub(crate) fn set_direct(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
     let raw = fd.as_raw_fd();
     // SAFETY: fcntl with F_GETFL on a valid fd reads nothing from memory.
     let flags = cvt(unsafe { libc::fcntl(raw, libc::F_GETFL) })?;

@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 /// What the child does with its standard streams.
 #[derive(Debug)]
-pub enum ChildStdio {
+pub(crate) enum ChildStdio {
     /// Three fds for 0, 1 and 2.
     Fds {
         /// Becomes fd 0; `None` is `/dev/null` (one opened at the first spawn and kept).
@@ -27,40 +27,40 @@ pub enum ChildStdio {
 
 /// The credentials a child switches to before exec.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     /// User id.
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// Primary group id.
-    pub gid: u32,
+    pub(crate) gid: u32,
     /// Supplementary groups.
-    pub groups: Vec<u32>,
+    pub(crate) groups: Vec<u32>,
 }
 
 /// Everything needed to start a process, prepared before the fork.
 #[derive(Debug)]
-pub struct Exec {
+pub(crate) struct Exec {
     /// Executable path, already resolved against `PATH`.
-    pub path: CString,
+    pub(crate) path: CString,
     /// argv, argv[0] first.
-    pub argv: Vec<CString>,
+    pub(crate) argv: Vec<CString>,
     /// `K=V` environment (shared: most spawns pass the shim's own, made once).
-    pub envp: std::sync::Arc<[CString]>,
+    pub(crate) envp: std::sync::Arc<[CString]>,
     /// Working directory.
-    pub dir: Option<CString>,
+    pub(crate) dir: Option<CString>,
     /// Credentials to switch to, if any.
-    pub creds: Option<Credentials>,
+    pub(crate) creds: Option<Credentials>,
     /// Standard streams.
-    pub stdio: ChildStdio,
+    pub(crate) stdio: ChildStdio,
     /// `oom_score_adj` the child inherits when it is the shim's own (see [`super::own_score`]) or
     /// else sets for itself before `execve` (through `/proc/self`, which only root can write while
     /// the shim is non-dumpable); see [`Forked::oom_set`].
-    pub oom_score_adj: Option<i32>,
+    pub(crate) oom_score_adj: Option<i32>,
 }
 
 /// The step of the child's set-up that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Stage {
+pub(crate) enum Stage {
     /// Session, terminal, fd or limit set-up.
     Setup = 0,
     /// setgroups/setgid/setuid.
@@ -74,16 +74,16 @@ pub enum Stage {
 /// A started child: its pid, and why its set-up failed if it did. `clone` with `CLONE_VFORK` returns
 /// only once the child has exec'd or exited, so the outcome is known when [`fork_exec`] returns.
 #[derive(Debug)]
-pub struct Forked {
+pub(crate) struct Forked {
     /// Pid of the child; also its process group and session id. A child whose set-up failed has
     /// exited with status 127 and must still be reaped.
-    pub pid: i32,
+    pub(crate) pid: i32,
     /// The set-up step that failed and its error; `None` when `execve` succeeded.
-    pub failed: Option<(Stage, io::Error)>,
+    pub(crate) failed: Option<(Stage, io::Error)>,
     /// Whether the child inherited or set its own `oom_score_adj` before `execve`. When it could
     /// not (a shim that is not root), the caller sets it through `/proc/<pid>` once the new
     /// program's credentials make that entry the user's.
-    pub oom_set: bool,
+    pub(crate) oom_set: bool,
 }
 
 /// Everything the child reads, prepared by the parent; the child writes only `report`.
@@ -122,14 +122,62 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     unsafe { libc::_exit(127) }
 }
 
-/// The child's set-up, ending in `execve`; returns the stage that failed.
+/// The child's set-up, ending in `execve`; returns the stage that failed. Its steps below are
+/// `#[inline(always)]`: they run on the child's small stack (`child_stack.rs`) and must cost it no
+/// more frames than one function does.
 unsafe fn set_up_and_exec(a: &mut ChildArgs<'_>, ok: impl Fn(libc::c_long) -> bool) -> Stage {
     unsafe {
-        // Every signal is blocked (the parent blocked them all around the clone). A handler of the
-        // parent must never run here, in shared memory: reset every caught and ignored signal to
-        // its default before unblocking, so a child starts from defaults.
+        reset_signals(a.reset);
+        if !ok(libc::syscall(libc::SYS_setsid)) {
+            return Stage::Setup;
+        }
+        // Before the credentials change, while `/proc/self` is still writable for a root shim.
+        if let Some((text, len)) = a.oom {
+            a.oom_set = write_oom_score(&text[..len]);
+        }
+        if !std_streams(a, &ok) {
+            return Stage::Setup;
+        }
+        // The shim raised its own open-files limit; the step gets the one the shim was given.
+        if let Some(lim) = &a.nofile
+            && !ok(libc::syscall(
+                libc::SYS_prlimit64,
+                0,
+                libc::RLIMIT_NOFILE,
+                lim,
+                std::ptr::null_mut::<libc::rlimit>(),
+            ))
+        {
+            return Stage::Setup;
+        }
+        if let Some(c) = &a.ex.creds
+            && !switch_user(c, a.groups, &ok)
+        {
+            return Stage::Credentials;
+        }
+        if let Some(dir) = &a.ex.dir
+            && !ok(libc::syscall(libc::SYS_chdir, dir.as_ptr()))
+        {
+            return Stage::Chdir;
+        }
+        libc::syscall(
+            libc::SYS_execve,
+            a.ex.path.as_ptr(),
+            a.argv.as_ptr(),
+            a.envp.as_ptr(),
+        );
+        Stage::Exec
+    }
+}
+
+/// In the child: every signal is blocked (the parent blocked them all around the clone). A handler
+/// of the parent must never run here, in shared memory: resets every caught and ignored signal in
+/// `reset` to its default, then unblocks, so a child starts from defaults.
+#[inline(always)]
+unsafe fn reset_signals(reset: &[libc::c_int]) {
+    unsafe {
         let dfl = KernelSigaction::default();
-        for &sig in a.reset {
+        for &sig in reset {
             libc::syscall(
                 libc::SYS_rt_sigaction,
                 sig,
@@ -146,22 +194,32 @@ unsafe fn set_up_and_exec(a: &mut ChildArgs<'_>, ok: impl Fn(libc::c_long) -> bo
             std::ptr::null_mut::<u64>(),
             8usize,
         );
-        if !ok(libc::syscall(libc::SYS_setsid)) {
-            return Stage::Setup;
+    }
+}
+
+/// In the child: writes `text` to its own `oom_score_adj`; whether all of it was written.
+#[inline(always)]
+unsafe fn write_oom_score(text: &[u8]) -> bool {
+    unsafe {
+        let fd = libc::syscall(
+            libc::SYS_open,
+            c"/proc/self/oom_score_adj".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return false;
         }
-        // Before the credentials change, while `/proc/self` is still writable for a root shim.
-        if let Some((text, len)) = a.oom {
-            let fd = libc::syscall(
-                libc::SYS_open,
-                c"/proc/self/oom_score_adj".as_ptr(),
-                libc::O_WRONLY | libc::O_CLOEXEC,
-            );
-            if fd >= 0 {
-                let n = libc::syscall(libc::SYS_write, fd, text.as_ptr(), len);
-                libc::syscall(libc::SYS_close, fd);
-                a.oom_set = n == len as libc::c_long;
-            }
-        }
+        let n = libc::syscall(libc::SYS_write, fd, text.as_ptr(), text.len());
+        libc::syscall(libc::SYS_close, fd);
+        n == text.len() as libc::c_long
+    }
+}
+
+/// In the child: puts its standard streams on 0, 1 and 2 (a pty slave also becomes the
+/// controlling terminal); whether that worked.
+#[inline(always)]
+unsafe fn std_streams(a: &ChildArgs<'_>, ok: &impl Fn(libc::c_long) -> bool) -> bool {
+    unsafe {
         let (i, o, e) = match &a.ex.stdio {
             ChildStdio::Fds {
                 stdin,
@@ -175,7 +233,7 @@ unsafe fn set_up_and_exec(a: &mut ChildArgs<'_>, ok: impl Fn(libc::c_long) -> bo
             ChildStdio::Tty { slave } => {
                 let s = slave.as_raw_fd();
                 if !ok(libc::syscall(libc::SYS_ioctl, s, libc::TIOCSCTTY, 0)) {
-                    return Stage::Setup;
+                    return false;
                 }
                 (s, s, s)
             }
@@ -184,43 +242,28 @@ unsafe fn set_up_and_exec(a: &mut ChildArgs<'_>, ok: impl Fn(libc::c_long) -> bo
         // the copies on 0-2 no close-on-exec flag, so only they survive the exec.
         for (src, dst) in [(i, 0), (o, 1), (e, 2)] {
             if !ok(libc::syscall(libc::SYS_dup2, src, dst)) {
-                return Stage::Setup;
+                return false;
             }
         }
-        // The shim raised its own open-files limit; the step gets the one the shim was given.
-        if let Some(lim) = &a.nofile
-            && !ok(libc::syscall(
-                libc::SYS_prlimit64,
-                0,
-                libc::RLIMIT_NOFILE,
-                lim,
-                std::ptr::null_mut::<libc::rlimit>(),
-            ))
-        {
-            return Stage::Setup;
-        }
-        if let Some(c) = &a.ex.creds
-            && (!ok(libc::syscall(
-                libc::SYS_setgroups,
-                a.groups.len(),
-                a.groups.as_ptr(),
-            )) || !ok(libc::syscall(libc::SYS_setgid, c.gid))
-                || !ok(libc::syscall(libc::SYS_setuid, c.uid)))
-        {
-            return Stage::Credentials;
-        }
-        if let Some(dir) = &a.ex.dir
-            && !ok(libc::syscall(libc::SYS_chdir, dir.as_ptr()))
-        {
-            return Stage::Chdir;
-        }
-        libc::syscall(
-            libc::SYS_execve,
-            a.ex.path.as_ptr(),
-            a.argv.as_ptr(),
-            a.envp.as_ptr(),
-        );
-        Stage::Exec
+        true
+    }
+}
+
+/// In the child: switches to the groups, group and user of `c` (`groups`: its supplementary
+/// groups as the kernel takes them); whether every call worked.
+#[inline(always)]
+unsafe fn switch_user(
+    c: &Credentials,
+    groups: &[libc::gid_t],
+    ok: &impl Fn(libc::c_long) -> bool,
+) -> bool {
+    unsafe {
+        ok(libc::syscall(
+            libc::SYS_setgroups,
+            groups.len(),
+            groups.as_ptr(),
+        )) && ok(libc::syscall(libc::SYS_setgid, c.gid))
+            && ok(libc::syscall(libc::SYS_setuid, c.uid))
     }
 }
 
@@ -268,19 +311,9 @@ struct KernelSigaction {
 /// the shim's page tables (a `fork` costs ~150 µs more here), and the outcome is known on return.
 /// The child fds in `ex.stdio` stay open in the parent until `ex` is dropped; callers drop it right
 /// after this returns.
-pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
-    let argv: Vec<*const libc::c_char> = ex
-        .argv
-        .iter()
-        .map(|a| a.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
-    let envp: Vec<*const libc::c_char> = ex
-        .envp
-        .iter()
-        .map(|a| a.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
+pub(crate) fn fork_exec(ex: &Exec) -> io::Result<Forked> {
+    let argv = null_terminated(&ex.argv);
+    let envp = null_terminated(&ex.envp);
     let groups: Vec<libc::gid_t> = ex
         .creds
         .as_ref()
@@ -288,14 +321,6 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
         .unwrap_or_default();
     // Nothing to write when the child inherits its score from the shim.
     let inherited = ex.oom_score_adj.is_some_and(super::own_score::inherits);
-    let oom = ex.oom_score_adj.filter(|_| !inherited).map(|adj| {
-        let mut text = [0u8; 12];
-        let mut w = &mut text[..];
-        // An i32 in decimal fits in 11 bytes.
-        let _ = std::io::Write::write_fmt(&mut w, format_args!("{adj}"));
-        let len = 12 - w.len();
-        (text, len)
-    });
     let mut args = ChildArgs {
         argv: &argv,
         envp: &envp,
@@ -303,11 +328,55 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
         groups: &groups,
         reset: signals_to_reset(),
         nofile: super::child_nofile_limit(),
-        oom,
+        oom: ex.oom_score_adj.filter(|_| !inherited).map(decimal),
         null: dev_null()?,
         oom_set: false,
         report: (0, 0),
     };
+    let pid = clone_child(&mut args)?;
+    // SAFETY: the child wrote `report` (if at all) before it exited; read it as memory another
+    // task changed.
+    let (stage, errno) = unsafe { std::ptr::read_volatile(&raw const args.report) };
+    // SAFETY: as above, for the flag the child set before `execve`.
+    let oom_set = inherited || unsafe { std::ptr::read_volatile(&raw const args.oom_set) };
+    let failed = (stage != 0).then(|| {
+        let stage = match stage - 1 {
+            1 => Stage::Credentials,
+            2 => Stage::Chdir,
+            3 => Stage::Exec,
+            _ => Stage::Setup,
+        };
+        (stage, io::Error::from_raw_os_error(errno))
+    });
+    Ok(Forked {
+        pid,
+        failed,
+        oom_set,
+    })
+}
+
+/// The pointers of `strings` and a null after them: an `argv` or `envp` for `execve`.
+fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
+    strings
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// `adj` as decimal text and its length, for the child to write without formatting.
+fn decimal(adj: i32) -> ([u8; 12], usize) {
+    let mut text = [0u8; 12];
+    let mut w = &mut text[..];
+    // An i32 in decimal fits in 11 bytes.
+    let _ = std::io::Write::write_fmt(&mut w, format_args!("{adj}"));
+    let len = 12 - w.len();
+    (text, len)
+}
+
+/// Clones the child that runs [`child_main`] on `args`, with every signal of this thread blocked
+/// until it has exec'd or exited; its pid.
+fn clone_child(args: &mut ChildArgs<'_>) -> io::Result<libc::pid_t> {
     let mut stack = super::child_stack::take();
     let top = stack.top();
     let all: u64 = !0;
@@ -331,7 +400,7 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
             child_main,
             top,
             libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            (&raw mut args).cast(),
+            std::ptr::from_mut(args).cast(),
         )
     };
     let clone_err = io::Error::last_os_error();
@@ -349,25 +418,7 @@ pub fn fork_exec(ex: &Exec) -> io::Result<Forked> {
     if pid == -1 {
         return Err(clone_err);
     }
-    // SAFETY: the child wrote `report` (if at all) before it exited; read it as memory another
-    // task changed.
-    let (stage, errno) = unsafe { std::ptr::read_volatile(&raw const args.report) };
-    // SAFETY: as above, for the flag the child set before `execve`.
-    let oom_set = inherited || unsafe { std::ptr::read_volatile(&raw const args.oom_set) };
-    let failed = (stage != 0).then(|| {
-        let stage = match stage - 1 {
-            1 => Stage::Credentials,
-            2 => Stage::Chdir,
-            3 => Stage::Exec,
-            _ => Stage::Setup,
-        };
-        (stage, io::Error::from_raw_os_error(errno))
-    });
-    Ok(Forked {
-        pid,
-        failed,
-        oom_set,
-    })
+    Ok(pid)
 }
 
 /// `/dev/null` for the stdin of children that have none: opened at the first spawn and kept, so a

@@ -32,14 +32,14 @@ fn owned(fd: libc::c_long) -> io::Result<OwnedFd> {
 }
 
 /// Opens an absolute directory path the ordinary way (symlinks followed): only `/` is opened so.
-pub fn open_root() -> io::Result<OwnedFd> {
+pub(crate) fn open_root() -> io::Result<OwnedFd> {
     // SAFETY: a valid C string and flags; the result is checked.
     owned(unsafe { libc::open(c"/".as_ptr(), DIR_FLAGS) }.into())
 }
 
 /// Opens the directory `name` in `parent`, refusing a symlink or any other non-directory
 /// (`ENOTDIR`: `O_DIRECTORY` is checked on the symlink itself, which `O_NOFOLLOW` does not follow).
-pub fn open_dir_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
+pub(crate) fn open_dir_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
     let name = c(name)?;
     // SAFETY: a valid fd and C string; the result is checked.
     owned(unsafe { libc::openat(parent.as_raw_fd(), name.as_ptr(), DIR_FLAGS) }.into())
@@ -56,7 +56,7 @@ struct OpenHow {
 /// Opens the directory at the relative `path` below `root` with `openat2`, which refuses any
 /// symlink on the way (`ELOOP`; `ENOTDIR` for a symlink as the last component), any `..` or absolute path leaving `root` (`EXDEV`) and magic
 /// links. `ENOSYS` (kernel before 5.6, or a seccomp filter) means the caller walks instead.
-pub fn open_dir_beneath(root: BorrowedFd<'_>, path: &OsStr) -> io::Result<OwnedFd> {
+pub(crate) fn open_dir_beneath(root: BorrowedFd<'_>, path: &OsStr) -> io::Result<OwnedFd> {
     let path = c(path)?;
     let how = OpenHow {
         flags: DIR_FLAGS as u64,
@@ -76,7 +76,7 @@ pub fn open_dir_beneath(root: BorrowedFd<'_>, path: &OsStr) -> io::Result<OwnedF
 }
 
 /// Creates the directory `name` in `parent`.
-pub fn mkdir_at(parent: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<()> {
+pub(crate) fn mkdir_at(parent: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<()> {
     let name = c(name)?;
     // SAFETY: a valid fd and C string.
     cvt(unsafe { libc::mkdirat(parent.as_raw_fd(), name.as_ptr(), mode) }).map(drop)
@@ -84,7 +84,7 @@ pub fn mkdir_at(parent: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<(
 
 /// Creates the regular file `name` in `parent` for writing; fails if anything (a symlink
 /// included) is already there.
-pub fn create_file_at(parent: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<File> {
+pub(crate) fn create_file_at(parent: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<File> {
     let name = c(name)?;
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     // SAFETY: a valid fd and C string; the mode is passed as the variadic argument.
@@ -93,7 +93,7 @@ pub fn create_file_at(parent: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Re
 }
 
 /// Creates the symlink `name` in `parent`, pointing at `target` (stored as given).
-pub fn symlink_at(target: &OsStr, parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+pub(crate) fn symlink_at(target: &OsStr, parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
     let (target, name) = (c(target)?, c(name)?);
     // SAFETY: a valid fd and C strings.
     cvt(unsafe { libc::symlinkat(target.as_ptr(), parent.as_raw_fd(), name.as_ptr()) }).map(drop)
@@ -101,7 +101,7 @@ pub fn symlink_at(target: &OsStr, parent: BorrowedFd<'_>, name: &OsStr) -> io::R
 
 /// Hard-links `from_name` in `from` as `to_name` in `to`; a symlink at `from_name` is linked
 /// itself, not followed.
-pub fn link_at(
+pub(crate) fn link_at(
     from: BorrowedFd<'_>,
     from_name: &OsStr,
     to: BorrowedFd<'_>,
@@ -114,7 +114,7 @@ pub fn link_at(
 }
 
 /// Removes `name` from `parent`: an empty directory when `dir`, else anything but a directory.
-pub fn unlink_at(parent: BorrowedFd<'_>, name: &OsStr, dir: bool) -> io::Result<()> {
+pub(crate) fn unlink_at(parent: BorrowedFd<'_>, name: &OsStr, dir: bool) -> io::Result<()> {
     let name = c(name)?;
     let flags = if dir { libc::AT_REMOVEDIR } else { 0 };
     // SAFETY: a valid fd and C string.
@@ -166,7 +166,7 @@ pub fn rename_at(
 
 /// What kind of file a name is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A directory.
     Dir,
     /// A regular file.
@@ -179,19 +179,19 @@ pub enum Kind {
 
 /// The metadata of a name, not following a symlink.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stat {
+pub(crate) struct Stat {
     /// Its kind.
-    pub kind: Kind,
+    pub(crate) kind: Kind,
     /// Permission bits, setuid/setgid/sticky included.
-    pub mode: u32,
+    pub(crate) mode: u32,
     /// Owner.
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// Group.
-    pub gid: u32,
+    pub(crate) gid: u32,
 }
 
 /// `fstatat(AT_SYMLINK_NOFOLLOW)` of `name` in `parent`.
-pub fn stat_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<Stat> {
+pub(crate) fn stat_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<Stat> {
     let name = c(name)?;
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: valid fd, C string and out-pointer; `st` is read only on success.
@@ -220,7 +220,12 @@ pub fn stat_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<Stat> {
 }
 
 /// Changes the owner of `name` in `parent` itself (a symlink's own owner, not its target's).
-pub fn lchown_at(parent: BorrowedFd<'_>, name: &OsStr, uid: u32, gid: u32) -> io::Result<()> {
+pub(crate) fn lchown_at(
+    parent: BorrowedFd<'_>,
+    name: &OsStr,
+    uid: u32,
+    gid: u32,
+) -> io::Result<()> {
     let name = c(name)?;
     // SAFETY: a valid fd and C string.
     cvt(unsafe {
@@ -237,7 +242,7 @@ pub fn lchown_at(parent: BorrowedFd<'_>, name: &OsStr, uid: u32, gid: u32) -> io
 
 /// The names in a directory, `.` and `..` left out. Reads through a new open of `.` in `dir`, so
 /// the caller's fd (and its offset) is untouched.
-pub fn dir_names(dir: BorrowedFd<'_>) -> io::Result<Vec<OsString>> {
+pub(crate) fn dir_names(dir: BorrowedFd<'_>) -> io::Result<Vec<OsString>> {
     // SAFETY: a valid fd and C string; the result is checked.
     let dup = owned(unsafe { libc::openat(dir.as_raw_fd(), c".".as_ptr(), DIR_FLAGS) }.into())?;
     let raw = std::os::fd::IntoRawFd::into_raw_fd(dup);
@@ -276,7 +281,7 @@ pub fn dir_names(dir: BorrowedFd<'_>) -> io::Result<Vec<OsString>> {
 }
 
 /// 8 random bytes from the kernel, for names nobody can predict.
-pub fn random_u64() -> io::Result<u64> {
+pub(crate) fn random_u64() -> io::Result<u64> {
     let mut b = [0u8; 8];
     // SAFETY: writes at most 8 bytes into `b`.
     let n = unsafe { libc::syscall(libc::SYS_getrandom, b.as_mut_ptr(), b.len(), 0) };

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 
 /// Whether a child inherits `adj` from the shim: its own score, read from a file kept open (the
 /// runtime or an operator may change it while the shim runs), is `adj`.
-pub fn inherits(adj: i32) -> bool {
+pub(crate) fn inherits(adj: i32) -> bool {
     static OWN: OnceLock<Option<File>> = OnceLock::new();
     let Some(file) = OWN
         .get_or_init(|| File::open("/proc/self/oom_score_adj").ok())

@@ -23,7 +23,7 @@ use super::cvt;
 
 /// The signals the shim takes from fds, one fd per set.
 #[derive(Debug, Clone, Copy)]
-pub enum Signals {
+pub(crate) enum Signals {
     /// SIGCHLD: a child ended (the reaper).
     Child,
     /// SIGTERM, SIGINT, SIGHUP and SIGQUIT: stop serving and end every process. The last two are
@@ -54,7 +54,7 @@ impl Signals {
 /// Blocks `signals` in the calling thread; threads it starts later inherit the mask. Called before
 /// the shim starts any thread, so that no thread can take a signal instead of its fd (the default
 /// action would discard SIGCHLD, and end the shim at once on SIGTERM outside a PID namespace).
-pub fn block_signals(signals: Signals) -> io::Result<()> {
+pub(crate) fn block_signals(signals: Signals) -> io::Result<()> {
     let set = signals.set();
     // SAFETY: valid set pointer, null old-set pointer.
     let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
@@ -67,7 +67,7 @@ pub fn block_signals(signals: Signals) -> io::Result<()> {
 /// Blocks `signals` (again, for a caller that did not do it before its threads started) and opens a
 /// non-blocking, close-on-exec `signalfd` for them on the runtime's reactor: readable when one of
 /// them is pending.
-pub fn watch_signals(signals: Signals) -> io::Result<AsyncFd<File>> {
+pub(crate) fn watch_signals(signals: Signals) -> io::Result<AsyncFd<File>> {
     block_signals(signals)?;
     let set = signals.set();
     // SAFETY: -1 asks for a new fd; the set is valid; the returned fd is new and ours.
@@ -79,7 +79,7 @@ pub fn watch_signals(signals: Signals) -> io::Result<AsyncFd<File>> {
 /// Takes the pending signals once a [`watch_signals`] fd has reported readable, and clears that
 /// readiness: a standard signal is pending at most once, so one read empties the fd, and a signal
 /// after the read raises a new edge. Returns how many were taken, 0 when none was pending.
-pub fn take_signals(mut ready: AsyncFdReadyGuard<'_, File>) -> io::Result<usize> {
+pub(crate) fn take_signals(mut ready: AsyncFdReadyGuard<'_, File>) -> io::Result<usize> {
     let taken = read_signals(ready.get_ref().get_ref());
     ready.clear_ready();
     match taken {

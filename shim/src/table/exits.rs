@@ -69,7 +69,7 @@ impl Table {
 
     /// Hands a reaped exit to the process with that pid, keeps it for a spawn in flight, or drops
     /// it (an orphan's, or a failed exec's).
-    pub fn route_exit(&self, pid: i32, exit: Exit) {
+    pub(crate) fn route_exit(&self, pid: i32, exit: Exit) {
         let mut inner = self.lock();
         if let Some(p) = inner.by_pid.remove(&pid) {
             drop(inner);

@@ -13,7 +13,7 @@ impl Table {
     /// Signals every process group of the shim's descendants (the table's processes and whatever
     /// they left behind, found through `/proc`), and every descendant alone; returns how many
     /// groups were signalled.
-    pub fn signal_all(&self, sig: i32) -> usize {
+    pub(crate) fn signal_all(&self, sig: i32) -> usize {
         let me = std::process::id() as i32;
         let all = tree::scan();
         let own_group = all.iter().find(|e| e.pid == me).map_or(me, |e| e.pgid);
@@ -41,13 +41,13 @@ impl Table {
     }
 
     /// Whether any process is not yet reaped or drained.
-    pub fn any_running(&self) -> bool {
+    pub(crate) fn any_running(&self) -> bool {
         let inner = self.lock();
         !inner.by_pid.is_empty() || inner.by_id.values().any(|p| p.is_running())
     }
 
     /// Counts of (running, exited) processes.
-    pub fn counts(&self) -> (usize, usize) {
+    pub(crate) fn counts(&self) -> (usize, usize) {
         let inner = self.lock();
         let running = inner.by_id.values().filter(|p| p.is_running()).count();
         (running, inner.by_id.len() - running)
@@ -55,7 +55,7 @@ impl Table {
 
     /// TERM every descendant process group, wait up to `grace`, KILL what is left, and wait
     /// (bounded) for the exit frames.
-    pub async fn shutdown(&self, grace: Duration) {
+    pub(crate) async fn shutdown(&self, grace: Duration) {
         self.close();
         let n = self.signal_all(libc::SIGTERM);
         info!(

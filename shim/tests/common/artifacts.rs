@@ -1,4 +1,4 @@
-//! Helpers of the artifact tests (`artifacts.rs`, `pulls.rs`): scratch directories, a tree with a
+//! What the artifact tests share (`artifacts.rs`, `pulls.rs`): scratch directories, a tree with a
 //! large file, many small ones, a symlink and an executable, a listing of every path, kind, mode and
 //! content digest, grant and pull request bodies, and samples of `/metrics`.
 #![allow(dead_code)] // each test crate uses its own part

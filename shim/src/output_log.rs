@@ -20,7 +20,7 @@ use tokio::sync::watch;
 /// resumes only from whole frames, so this also bounds what a flaky connection must carry to make
 /// progress). Measured against 16, 32 and 128 KiB on one stream (README, footprint). Reads out of
 /// the log into a stream take up to [`pool::STREAM_READ`].
-pub const IO_CHUNK: usize = 64 * 1024;
+pub(crate) const IO_CHUNK: usize = 64 * 1024;
 
 /// Size of an in-memory chunk; chunks grow by doubling up to this, so a quiet process costs little.
 const CHUNK: usize = 64 * 1024;
@@ -29,7 +29,7 @@ const STRIDE: u64 = 64 * 1024;
 
 /// Shim-wide accounting of output bytes, shared by every log.
 #[derive(Debug)]
-pub struct Budget {
+pub(crate) struct Budget {
     limit: u64,
     per_log: u64,
     memory: AtomicU64,
@@ -38,7 +38,7 @@ pub struct Budget {
 
 impl Budget {
     /// A budget of `limit` bytes in memory across all logs; one log keeps at most a sixteenth of it.
-    pub fn new(limit: u64) -> Self {
+    pub(crate) fn new(limit: u64) -> Self {
         Budget {
             limit,
             per_log: (limit / 16).max(64 * 1024),
@@ -70,25 +70,25 @@ impl Budget {
     }
 
     /// Bytes of output held in memory (write-behind tails count by their capacity).
-    pub fn memory_bytes(&self) -> u64 {
+    pub(crate) fn memory_bytes(&self) -> u64 {
         self.memory.load(Ordering::Relaxed)
     }
 
     /// Bytes of output spilled to disk.
-    pub fn disk_bytes(&self) -> u64 {
+    pub(crate) fn disk_bytes(&self) -> u64 {
         self.disk.load(Ordering::Relaxed)
     }
 }
 
 /// What followers of a log watch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct LogState {
+pub(crate) struct LogState {
     /// Offset just past the last frame.
-    pub end: u64,
+    pub(crate) end: u64,
     /// The exit frame is in: nothing more will be appended.
-    pub complete: bool,
+    pub(crate) complete: bool,
     /// The process was deleted and the log freed: readers must stop.
-    pub freed: bool,
+    pub(crate) freed: bool,
 }
 
 #[derive(Debug, Default)]
@@ -105,7 +105,7 @@ struct Inner {
 
 /// The output log of one process.
 #[derive(Debug)]
-pub struct OutputLog {
+pub(crate) struct OutputLog {
     inner: Mutex<Inner>,
     state: watch::Sender<LogState>,
     budget: Arc<Budget>,
@@ -114,7 +114,7 @@ pub struct OutputLog {
 
 impl OutputLog {
     /// An empty log that spills into `spill_dir`.
-    pub fn new(budget: Arc<Budget>, spill_dir: PathBuf) -> Self {
+    pub(crate) fn new(budget: Arc<Budget>, spill_dir: PathBuf) -> Self {
         OutputLog {
             inner: Mutex::new(Inner::default()),
             state: watch::Sender::new(LogState::default()),
@@ -131,7 +131,7 @@ impl OutputLog {
 
     /// Appends one frame. On an I/O error (the spill file cannot be written) nothing is appended and
     /// the caller retries later with the same frame: that is the back-pressure path.
-    pub fn append(&self, kind: FrameType, payload: &[u8]) -> io::Result<()> {
+    pub(crate) fn append(&self, kind: FrameType, payload: &[u8]) -> io::Result<()> {
         let mut frame = Vec::with_capacity(HEADER_LEN + payload.len());
         frame.extend_from_slice(&[0; HEADER_LEN]);
         frame.extend_from_slice(payload);
@@ -141,7 +141,7 @@ impl OutputLog {
     /// Appends one frame whose payload follows `HEADER_LEN` bytes of room in `frame`; the header is
     /// written there, so the frame reaches memory or the spill file in one piece without a copy.
     /// Errors as [`OutputLog::append`].
-    pub fn append_frame(&self, kind: FrameType, frame: &mut [u8]) -> io::Result<()> {
+    pub(crate) fn append_frame(&self, kind: FrameType, frame: &mut [u8]) -> io::Result<()> {
         let payload_len = frame
             .len()
             .checked_sub(HEADER_LEN)
@@ -208,18 +208,18 @@ impl OutputLog {
     }
 
     /// The state followers watch.
-    pub fn subscribe(&self) -> watch::Receiver<LogState> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<LogState> {
         self.state.subscribe()
     }
 
     /// The current state.
-    pub fn state(&self) -> LogState {
+    pub(crate) fn state(&self) -> LogState {
         *self.state.borrow()
     }
 
     /// Up to `max` bytes of the log from `offset`, and never more than [`pool::STREAM_READ`] (fewer at the
     /// end; empty at or past it). The bytes live in a pooled buffer until the last clone is dropped.
-    pub fn read(&self, offset: u64, max: usize) -> io::Result<Bytes> {
+    pub(crate) fn read(&self, offset: u64, max: usize) -> io::Result<Bytes> {
         let inner = self.lock();
         if inner.freed || offset >= inner.end {
             return Ok(Bytes::new());
@@ -232,7 +232,7 @@ impl OutputLog {
     }
 
     /// Whether `offset` is a frame boundary within the log (0 and the end always are).
-    pub fn is_boundary(&self, offset: u64) -> io::Result<bool> {
+    pub(crate) fn is_boundary(&self, offset: u64) -> io::Result<bool> {
         let inner = self.lock();
         if offset == 0 || offset == inner.end {
             return Ok(true);
@@ -264,7 +264,7 @@ impl OutputLog {
     }
 
     /// Releases the log's memory and spill file; later appends are ignored and followers stop.
-    pub fn free(&self) {
+    pub(crate) fn free(&self) {
         let mut inner = self.lock();
         if inner.freed {
             return;

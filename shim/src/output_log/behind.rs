@@ -19,11 +19,11 @@ const FLUSH: usize = 256 * 1024;
 const PAGE: usize = 4096;
 /// Capacity of a tail: a flush threshold's worth, the unaligned rest of the last flush and one
 /// largest frame, so appending never grows it.
-pub const TAIL_CAP: usize = FLUSH + PAGE + HEADER_LEN + IO_CHUNK;
+pub(crate) const TAIL_CAP: usize = FLUSH + PAGE + HEADER_LEN + IO_CHUNK;
 
 /// The spill file and its unwritten tail.
 #[derive(Debug)]
-pub struct Spilled {
+pub(crate) struct Spilled {
     file: File,
     /// Bytes of the file written so far: the tail starts at this file offset.
     written: u64,
@@ -33,7 +33,7 @@ pub struct Spilled {
 
 impl Spilled {
     /// A spill over `file`, with a tail when `tail` (its memory already accounted by the caller).
-    pub fn new(file: File, tail: bool) -> Self {
+    pub(crate) fn new(file: File, tail: bool) -> Self {
         Spilled {
             file,
             written: 0,
@@ -46,18 +46,18 @@ impl Spilled {
     }
 
     /// Bytes written to the file.
-    pub fn written(&self) -> u64 {
+    pub(crate) fn written(&self) -> u64 {
         self.written
     }
 
     /// Whether a tail buffer is held (its capacity is accounted as memory).
-    pub fn has_tail(&self) -> bool {
+    pub(crate) fn has_tail(&self) -> bool {
         self.tail.capacity() > 0
     }
 
     /// Appends one frame. On an error nothing is appended: the tail is as it was (the file may hold
     /// some of the bytes past `written`; a retry writes them again at the same offsets).
-    pub fn append(&mut self, frame: &[u8]) -> io::Result<()> {
+    pub(crate) fn append(&mut self, frame: &[u8]) -> io::Result<()> {
         if !self.has_tail() {
             self.file.write_all_at(frame, self.written)?;
             self.written += frame.len() as u64;
@@ -84,7 +84,7 @@ impl Spilled {
 
     /// Writes the whole tail and frees it; later appends write straight through. Returns whether a
     /// tail was freed (its memory can be given back). On an error the tail is kept.
-    pub fn finish(&mut self) -> io::Result<bool> {
+    pub(crate) fn finish(&mut self) -> io::Result<bool> {
         if !self.has_tail() {
             return Ok(false);
         }
@@ -106,7 +106,7 @@ impl Spilled {
     }
 
     /// Appends `len` spilled bytes from spill offset `at` to `out` (the caller has checked the range).
-    pub fn read(&self, mut at: u64, len: usize, out: &mut Vec<u8>) -> io::Result<()> {
+    pub(crate) fn read(&self, mut at: u64, len: usize, out: &mut Vec<u8>) -> io::Result<()> {
         let stop = at + len as u64;
         // Bounded: every pass reads at least one byte or returns.
         while at < stop.min(self.written) {

@@ -16,7 +16,7 @@ use super::IO_CHUNK;
 /// behind (the process writes faster than the client reads, so the usual case on a busy stream)
 /// moves a quarter as many chunks through the log's lock, `pread`, the stream's channel and hyper's
 /// `writev` as with [`IO_CHUNK`]: 0.79 -> 0.72 shim CPU s per GiB (README, footprint).
-pub const STREAM_READ: usize = 4 * IO_CHUNK;
+pub(crate) const STREAM_READ: usize = 4 * IO_CHUNK;
 /// Chunk-sized buffers kept for reuse at most; more in flight at once are allocated and freed as
 /// usual. Four `GET /v1/files` streams at once hold about four each (one filling, two queued, one
 /// being sent).
@@ -39,7 +39,7 @@ fn class(capacity: usize) -> Option<(&'static Mutex<Vec<Vec<u8>>>, usize)> {
 }
 
 /// An empty buffer with room for `len` bytes (`len <= STREAM_READ` for a pooled one).
-pub fn take(len: usize) -> Vec<u8> {
+pub(crate) fn take(len: usize) -> Vec<u8> {
     let capacity = match len {
         n if !(SMALL..=STREAM_READ).contains(&n) => return Vec::with_capacity(len),
         n if n <= IO_CHUNK => IO_CHUNK,
@@ -50,7 +50,7 @@ pub fn take(len: usize) -> Vec<u8> {
 }
 
 /// Wraps a filled buffer as `Bytes`; a pooled buffer returns to its pool when the last clone drops.
-pub fn bytes(buf: Vec<u8>) -> Bytes {
+pub(crate) fn bytes(buf: Vec<u8>) -> Bytes {
     if class(buf.capacity()).is_some() {
         Bytes::from_owner(Pooled(buf))
     } else {
@@ -64,7 +64,7 @@ fn lock(free: &Mutex<Vec<Vec<u8>>>) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
 
 /// Number of chunk-sized and stream-sized buffers waiting in the pools (for tests).
 #[cfg(test)]
-pub fn idle() -> (usize, usize) {
+pub(crate) fn idle() -> (usize, usize) {
     (lock(&FREE).len(), lock(&FREE_STREAM).len())
 }
 

@@ -14,7 +14,7 @@ use std::path::Path;
 const ATTEMPTS: usize = 16;
 
 /// A new, empty, unlinked file in `dir`, readable and writable by the shim only.
-pub fn open(dir: &Path) -> io::Result<File> {
+pub(crate) fn open(dir: &Path) -> io::Result<File> {
     match OpenOptions::new()
         .read(true)
         .write(true)
@@ -39,7 +39,7 @@ pub fn open(dir: &Path) -> io::Result<File> {
 
 /// The fallback: a random name created exclusively, then unlinked so the space is freed with the log
 /// even if the shim is killed.
-pub fn open_named(dir: &Path) -> io::Result<File> {
+pub(crate) fn open_named(dir: &Path) -> io::Result<File> {
     let mut last = io::Error::from(io::ErrorKind::AlreadyExists);
     for _ in 0..ATTEMPTS {
         let path = dir.join(format!("stepshim-spill-{:016x}{:016x}", random(), random()));
