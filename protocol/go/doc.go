@@ -25,4 +25,6 @@
 //   - stdin.go: one stdin request, and StdinWriter, the retrying, offset-keeping writer.
 //   - files.go: tar streams in and out.
 //   - atc.go: the ATC-shaped adapter (Container, ProcessSpec, ProcessIO, Process).
+//   - version.go: ProtocolVersion and CheckProtocol, which a caller runs once per shim before
+//     anything else (docs/compatibility.md).
 package shim

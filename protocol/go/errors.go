@@ -67,6 +67,10 @@ type APIError struct {
 }
 
 func (e *APIError) Error() string {
+	if e.Code == CodeNoRoute {
+		return fmt.Sprintf("shim: no_route (HTTP %d): %s: the shim is older than this client and lacks "+
+			"this route; upgrade the shim image to use it", e.Status, e.Message)
+	}
 	if e.Code == "" {
 		return fmt.Sprintf("shim: HTTP %d: %s", e.Status, e.Message)
 	}
