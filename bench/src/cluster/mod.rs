@@ -8,6 +8,7 @@ mod apiserver;
 mod artifacts;
 mod artifacts_probe;
 mod artifacts_report;
+mod chart;
 mod faults;
 mod paths;
 mod podcpu;
