@@ -220,10 +220,10 @@ async fn via_exec(pods: &Api<Pod>, pod: &str, cmd: &[String]) -> Result<Outcome>
         .exec(pod, cmd.to_vec(), &params)
         .await
         .context("exec")?;
-    let mut stdout = proc
+    let stdout = proc
         .stdout()
         .ok_or_else(|| anyhow!("exec without stdout"))?;
-    let mut stderr = proc
+    let stderr = proc
         .stderr()
         .ok_or_else(|| anyhow!("exec without stderr"))?;
     let status = proc
@@ -232,46 +232,10 @@ async fn via_exec(pods: &Api<Pod>, pod: &str, cmd: &[String]) -> Result<Outcome>
     let first = std::sync::Mutex::new(None::<Duration>);
     let read_out = async {
         let mut fnv = Digest::new();
-        let mut n = 0u64;
-        let mut buf = vec![0u8; 256 * 1024];
-        loop {
-            // A broken connection ends the stream like EOF: what arrived is what counts. kube-rs
-            // does not always end the streams when the connection dies, so silence ends them too.
-            let k = tokio::time::timeout(STALL, stdout.read(&mut buf))
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or(0);
-            if k == 0 {
-                return (n, fnv.digest());
-            }
-            first
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert_with(|| start.elapsed());
-            fnv.update(&buf[..k]);
-            n += k as u64;
-        }
+        let n = drain(stdout, 256 * 1024, start, &first, |b| fnv.update(b)).await;
+        (n, fnv.digest())
     };
-    let read_err = async {
-        let mut n = 0u64;
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let k = tokio::time::timeout(STALL, stderr.read(&mut buf))
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or(0);
-            if k == 0 {
-                return n;
-            }
-            first
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert_with(|| start.elapsed());
-            n += k as u64;
-        }
-    };
+    let read_err = drain(stderr, 64 * 1024, start, &first, |_| {});
     let ((out_n, digest), err_n) = tokio::join!(read_out, read_err);
     // No status when the connection broke: the exit is unknown to this client.
     // When the connection broke, kube-rs may never resolve the status: the exit is then unknown
@@ -291,6 +255,37 @@ async fn via_exec(pods: &Api<Pod>, pod: &str, cmd: &[String]) -> Result<Outcome>
         first_byte: *first.lock().unwrap_or_else(|e| e.into_inner()),
         total: start.elapsed(),
     })
+}
+
+/// Reads `r` in chunks of `buf_len` until it ends, handing each chunk to `each` and noting in
+/// `first` when the first byte (of either stream) came; returns the bytes read. A broken
+/// connection ends the stream like EOF: what arrived is what counts. kube-rs does not always end
+/// the streams when the connection dies, so silence (`STALL`) ends them too.
+async fn drain(
+    mut r: impl tokio::io::AsyncRead + Unpin,
+    buf_len: usize,
+    start: Instant,
+    first: &std::sync::Mutex<Option<Duration>>,
+    mut each: impl FnMut(&[u8]),
+) -> u64 {
+    let mut n = 0u64;
+    let mut buf = vec![0u8; buf_len];
+    loop {
+        let k = tokio::time::timeout(STALL, r.read(&mut buf))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or(0);
+        if k == 0 {
+            return n;
+        }
+        first
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(|| start.elapsed());
+        each(&buf[..k]);
+        n += k as u64;
+    }
 }
 
 /// The exit code in an exec's final Status: 0 on Success, else the `ExitCode` cause.
