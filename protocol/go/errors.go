@@ -1,4 +1,4 @@
-// Errors: the shim's error answers (PROTOCOL.md section 3) as *APIError, and the helpers that classify
+// Errors: the shim's error answers (PROTOCOL.md section 3) as *APIError, and the functions that classify
 // them. Codes this package does not know are classified by HTTP status, as the protocol requires.
 
 package shim

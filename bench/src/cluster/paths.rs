@@ -35,10 +35,10 @@ impl Path {
     /// Every path, in report order.
     pub const ALL: [Path; 3] = [Path::Shim, Path::Proxy, Path::Exec];
 
-    /// All three in the order a round runs them; rounds rotate which goes first.
-    pub fn order(round: usize) -> [Path; 3] {
+    /// All three in the order pass `pass` runs them; passes rotate which goes first.
+    pub fn order(pass: usize) -> [Path; 3] {
         let mut o = Self::ALL;
-        o.rotate_left(round % 3);
+        o.rotate_left(pass % 3);
         o
     }
 
@@ -312,7 +312,7 @@ mod tests {
         for r in 0..6 {
             let mut o = Path::order(r).map(|p| p as usize);
             o.sort_unstable();
-            assert_eq!(o, [0, 1, 2], "round {r}");
+            assert_eq!(o, [0, 1, 2], "pass {r}");
         }
         assert!(Path::Shim.is_shim() && Path::Proxy.is_shim() && !Path::Exec.is_shim());
     }

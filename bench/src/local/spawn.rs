@@ -91,7 +91,7 @@ pub(super) async fn spawn_latency(
         t.iteration(c, &mut conn, i).await?;
     }
     // Less disturbed by other load than the latencies: the shim's own CPU time (its children's not
-    // included) per round of two spawns, two deletes and three `/healthz`.
+    // included) per iteration: two spawns, two deletes and three `/healthz`.
     let cpu_per_round = (super::cpu_secs(pid)? - cpu_before) / n.max(1) as f64 * 1e6;
     Latencies::of(t).report(cpu_per_round, r);
     Ok(())
