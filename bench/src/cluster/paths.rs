@@ -114,7 +114,7 @@ pub async fn run(
 
 /// Runs `cmd`, whose output nobody reads, in `pod` by `path`: on the shim paths spawn and exit
 /// status in one `PUT ?wait=` (what a client that only needs the status sends), on exec the same
-/// session as [`run`] (exec has no cheaper form: the status comes after the output streams end).
+/// exchange as [`run`] (exec has no cheaper form: the status comes after the output streams end).
 pub async fn run_for_status(
     path: Path,
     pods: &Api<Pod>,
