@@ -3,11 +3,13 @@
 //! from the last whole frame, so a broken connection loses and repeats nothing. No Kubernetes here.
 //!
 //! # Layout
-//! - this file: [`ShimClient`], one typed call per route.
+//! - this file: [`ShimClient`], one typed call per route, and [`ShimClient::check_protocol`], the
+//!   compatibility check a caller makes once per shim (`docs/compatibility.md`).
 //! - [`artifacts`]: grants, pulls and the resumable files stream (a second `impl ShimClient`).
 //! - [`transport`]: how a request reaches the shim: the [`Transport`] trait and the direct pool.
 //! - [`h1`]: the direct pool's own HTTP/1.1 exchange for JSON calls (streams go through hyper).
-//! - [`error`]: [`ClientError`], with the shim's error codes as [`protocol::ErrorCode`].
+//! - [`error`]: [`ClientError`], with the shim's error codes as [`protocol::ErrorCode`], and the
+//!   incompatible or older shim told apart.
 //! - [`output`]: a frame stream, and attach with resume.
 //! - [`local`]: a shim started as a child process on loopback, ready when it writes its address.
 
