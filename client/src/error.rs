@@ -43,6 +43,30 @@ pub enum ClientError {
     /// The output stream was not a valid frame stream.
     #[error("corrupt output stream: {0}")]
     Frame(#[source] protocol::FrameError),
+    /// The shim speaks another protocol version than this client (its `GET /v1/info`): nothing else
+    /// is asked of it. The message names both versions and which side to upgrade.
+    #[error("{}", incompatible_line(*shim, shim_release, *ours))]
+    Incompatible {
+        /// The shim's protocol version.
+        shim: u32,
+        /// The shim's release (`version` of its info).
+        shim_release: String,
+        /// This client's protocol version, [`protocol::PROTOCOL_VERSION`].
+        ours: u32,
+    },
+    /// The shim has no such route (404 `no_route`): it is an older release of the same protocol,
+    /// without a feature this call needs.
+    #[error(
+        "the shim has no {method} {route} (404 no_route): it is older than this client \
+         (stepshim {}); upgrade the shim image to use this",
+        env!("CARGO_PKG_VERSION")
+    )]
+    Unsupported {
+        /// The request's method.
+        method: String,
+        /// The route, without its query.
+        route: String,
+    },
     /// Gave up resuming an output stream.
     #[error("output stream of {id:?} lost after {attempts} attempts: {last}")]
     ResumeExhausted {
@@ -53,6 +77,27 @@ pub enum ClientError {
         /// The last error.
         last: Box<ClientError>,
     },
+}
+
+/// The one line of [`ClientError::Incompatible`]: both versions, and what to upgrade.
+fn incompatible_line(shim: u32, shim_release: &str, ours: u32) -> String {
+    let this = env!("CARGO_PKG_VERSION");
+    let advice = if shim > ours {
+        format!(
+            "upgrade the controller (stepctl, the Go kit) to a release of protocol {shim}, \
+             or run the pod with a shim image of protocol {ours} (stepshim {this})"
+        )
+    } else {
+        format!(
+            "upgrade the shim (the image of stepctl run --shim-image, the ConfigMap of \
+             stepctl manifests --shim-configmap, or the --shim-bin binary) to stepshim {this} \
+             or another release of protocol {ours}"
+        )
+    };
+    format!(
+        "the shim speaks protocol {shim} (stepshim {shim_release}) and this client protocol \
+         {ours} (stepshim {this}): {advice}"
+    )
 }
 
 impl ClientError {

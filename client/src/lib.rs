@@ -3,11 +3,13 @@
 //! from the last whole frame, so a broken connection loses and repeats nothing. No Kubernetes here.
 //!
 //! # Layout
-//! - this file: [`ShimClient`], one typed call per route.
+//! - this file: [`ShimClient`], one typed call per route, and [`ShimClient::check_protocol`], the
+//!   compatibility check a caller makes once per shim (`docs/compatibility.md`).
 //! - [`artifacts`]: grants, pulls and the resumable files stream (a second `impl ShimClient`).
 //! - [`transport`]: how a request reaches the shim: the [`Transport`] trait and the direct pool.
 //! - [`h1`]: the direct pool's own HTTP/1.1 exchange for JSON calls (streams go through hyper).
-//! - [`error`]: [`ClientError`], with the shim's error codes as [`protocol::ErrorCode`].
+//! - [`error`]: [`ClientError`], with the shim's error codes as [`protocol::ErrorCode`], and the
+//!   incompatible or older shim told apart.
 //! - [`output`]: a frame stream, and attach with resume.
 //! - [`local`]: a shim started as a child process on loopback, ready when it writes its address.
 
@@ -127,7 +129,7 @@ impl ShimClient {
         path_q: &str,
         body: ReqBody,
     ) -> Result<http::Response<RespBody>, ClientError> {
-        let req = self.request(method, path_q, body)?;
+        let req = self.request(method.clone(), path_q, body)?;
         let resp = self
             .transport
             .send(req)
@@ -136,7 +138,7 @@ impl ShimClient {
         if resp.status().is_success() {
             return Ok(resp);
         }
-        Err(api_error(resp).await)
+        Err(unsupported(api_error(resp).await, &method, path_q))
     }
 
     /// A request whose answer is wanted whole: sent through [`Transport::exchange`]; an error
@@ -147,7 +149,7 @@ impl ShimClient {
         path_q: &str,
         body: Bytes,
     ) -> Result<(StatusCode, Bytes), ClientError> {
-        let req = self.request(method, path_q, body)?;
+        let req = self.request(method.clone(), path_q, body)?;
         let (status, body) = self
             .transport
             .exchange(req)
@@ -156,7 +158,7 @@ impl ShimClient {
         if status.is_success() {
             return Ok((status, body));
         }
-        Err(api_error_of(status, &body))
+        Err(unsupported(api_error_of(status, &body), &method, path_q))
     }
 
     async fn call<T: DeserializeOwned>(
@@ -186,6 +188,22 @@ impl ShimClient {
     /// `GET /v1/info`
     pub async fn info(&self) -> Result<Info, ClientError> {
         Ok(self.call(Method::GET, routes::INFO, Bytes::new()).await?.1)
+    }
+
+    /// `GET /v1/info`, refusing a shim of another protocol version than this client's
+    /// ([`protocol::PROTOCOL_VERSION`]) with [`ClientError::Incompatible`]. Callers ask it once per
+    /// shim, before anything else (`docs/compatibility.md`): within one protocol version any
+    /// release of the shim serves any release of the client.
+    pub async fn check_protocol(&self) -> Result<Info, ClientError> {
+        let info = self.info().await?;
+        if info.protocol != protocol::PROTOCOL_VERSION {
+            return Err(ClientError::Incompatible {
+                shim: info.protocol,
+                shim_release: info.version,
+                ours: protocol::PROTOCOL_VERSION,
+            });
+        }
+        Ok(info)
     }
 
     /// `PUT /v1/processes/{id}`: the process, and whether this call started it.
@@ -351,6 +369,22 @@ impl ShimClient {
             .exchange(Method::GET, routes::METRICS, Bytes::new())
             .await?;
         Ok(String::from_utf8_lossy(&b).into_owned())
+    }
+}
+
+/// A 404 `no_route` said by the shim becomes [`ClientError::Unsupported`]: an older shim of the same
+/// protocol without this route. Every other error is kept.
+fn unsupported(err: ClientError, method: &Method, path_q: &str) -> ClientError {
+    match err {
+        ClientError::Api {
+            status: 404,
+            code: Some(protocol::ErrorCode::NoRoute),
+            ..
+        } => ClientError::Unsupported {
+            method: method.to_string(),
+            route: path_q.split('?').next().unwrap_or(path_q).to_owned(),
+        },
+        other => other,
     }
 }
 

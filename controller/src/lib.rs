@@ -5,13 +5,15 @@
 //! # Layout
 //! - [`token`]: per-pod tokens derived from the controller key (HMAC of namespace/name).
 //! - [`podspec`]: the step pod: user image, shim as PID 1, delivery by init container or ConfigMap.
-//! - [`runtime`]: one target (kubeconfig, namespace, worker): create, wait, delete, list pods.
+//! - [`runtime`]: one target (kubeconfig, namespace, worker): create, wait, delete, list pods, and
+//!   shim clients whose protocol version was checked.
 //! - [`progress`]: a pod's way to ready, from its status, with Kubernetes' reasons.
 //! - [`watch`]: the one shared reflector on the worker's pods that every wait reads.
 //! - [`via`]: the way to a shim: the pod IP, or the apiserver's `pods/proxy` with our credentials.
 //! - [`gc`]: garbage collection, retirement and the credentials health check.
 //! - [`transfer`]: artifacts between step pods: a grant and a pull, or through the controller.
-//! - [`manifests`]: RBAC (the one list of verbs a worker needs) and the shim ConfigMap as YAML.
+//! - [`manifests`]: RBAC (the one list of verbs a worker needs), the shim ConfigMap and the step
+//!   pods' NetworkPolicy as YAML.
 //!
 //! The shim's HTTP client is the `client` crate; `stepctl`'s commands live in the binary's `cli`
 //! module; the benchmarks are the `bench` crate.

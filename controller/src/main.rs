@@ -3,12 +3,23 @@
 
 mod cli;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use cli::args::{Cli, Command};
 use cli::{Target, admin, cp, run};
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    // `--version` names the protocol too: a shim of another protocol version is refused.
+    // Built once per run; clap keeps `&'static str`.
+    let version: &'static str = Box::leak(
+        format!(
+            "{} (protocol {})",
+            env!("CARGO_PKG_VERSION"),
+            protocol::PROTOCOL_VERSION
+        )
+        .into_boxed_str(),
+    );
+    let matches = Cli::command().version(version).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("STEPCTL_LOG")

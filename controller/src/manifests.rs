@@ -2,16 +2,23 @@
 //! get/list/watch/create/delete (and configmaps get, for ConfigMap delivery) and nothing of
 //! `pods/exec`, `pods/attach` or `pods/portforward`, the RoleBinding, and optionally the ConfigMap
 //! carrying the shim binary. A worker that reaches shims through the apiserver (`--via proxy` or
-//! `auto`) also gets `pods/proxy` with exactly the verbs the shim's methods map to.
+//! `auto`) also gets `pods/proxy` with exactly the verbs the shim's methods map to. A NetworkPolicy
+//! closes the worker's step pods to everything but the controller and the worker's own step pods
+//! (pulls go pod to pod), on the shim's port only.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::networking::v1::{
+    IPBlock, NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
+};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::podspec::CONFIGMAP_KEY;
+use crate::podspec::{CONFIGMAP_KEY, SHIM_PORT, WORKER_LABEL, label_value};
 
 fn meta(name: &str, namespace: &str) -> ObjectMeta {
     ObjectMeta {
@@ -118,6 +125,96 @@ pub fn shim_configmap(
         ..Default::default()
     };
     doc("v1", "ConfigMap", &cm)
+}
+
+/// Who may reach the shim port of a worker's step pods, besides the worker's own step pods.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShimPeers {
+    /// Labels the operator puts on the controller's pods; empty admits no pod by label.
+    pub controller_labels: BTreeMap<String, String>,
+    /// Namespace of those pods when it is not the step pods' own.
+    pub controller_namespace: Option<String>,
+    /// Address blocks (CIDR) admitted as well: a controller outside the pod network, or the
+    /// apiserver's addresses when shims are reached through `pods/proxy`.
+    pub cidrs: Vec<String>,
+}
+
+/// The namespace label Kubernetes sets on every namespace (1.21 and later).
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// The NetworkPolicy `name` for the step pods of `worker` in `namespace`: ingress to them only on
+/// the shim port, from `peers` and from the worker's own step pods. Egress is left open.
+pub fn network_policy(
+    name: &str,
+    namespace: &str,
+    worker: &str,
+    peers: &ShimPeers,
+) -> NetworkPolicy {
+    let worker_pods = LabelSelector {
+        match_labels: Some(BTreeMap::from([(
+            WORKER_LABEL.to_owned(),
+            label_value(worker),
+        )])),
+        ..Default::default()
+    };
+    let mut from = Vec::new();
+    if !peers.controller_labels.is_empty() {
+        from.push(NetworkPolicyPeer {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(peers.controller_labels.clone()),
+                ..Default::default()
+            }),
+            namespace_selector: peers.controller_namespace.as_ref().map(|ns| LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    NAMESPACE_NAME_LABEL.to_owned(),
+                    ns.clone(),
+                )])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    from.extend(peers.cidrs.iter().map(|cidr| NetworkPolicyPeer {
+        ip_block: Some(IPBlock {
+            cidr: cidr.clone(),
+            except: None,
+        }),
+        ..Default::default()
+    }));
+    from.push(NetworkPolicyPeer {
+        pod_selector: Some(worker_pods.clone()),
+        ..Default::default()
+    });
+    NetworkPolicy {
+        metadata: meta(name, namespace),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(worker_pods),
+            policy_types: Some(vec!["Ingress".into()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(from),
+                ports: Some(vec![NetworkPolicyPort {
+                    port: Some(IntOrString::Int(SHIM_PORT.into())),
+                    protocol: Some("TCP".into()),
+                    end_port: None,
+                }]),
+            }]),
+            egress: None,
+        }),
+    }
+}
+
+/// [`network_policy`] as a YAML document.
+pub fn network_policy_yaml(
+    name: &str,
+    namespace: &str,
+    worker: &str,
+    peers: &ShimPeers,
+) -> Result<String, serde_norway::Error> {
+    doc(
+        "networking.k8s.io/v1",
+        "NetworkPolicy",
+        &network_policy(name, namespace, worker, peers),
+    )
 }
 
 fn doc<T: serde::Serialize>(

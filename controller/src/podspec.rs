@@ -128,6 +128,30 @@ pub fn label_value(s: &str) -> String {
 
 /// The pod for `spec`, owned by `worker`, whose shim accepts the token hashing to `token_sha256`.
 pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str) -> Pod {
+    let (volume, init) = delivery(&spec.delivery);
+    Pod {
+        metadata: metadata(spec, worker),
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".into()),
+            automount_service_account_token: Some(spec.automount_service_account_token),
+            service_account_name: spec.service_account.clone(),
+            // The shim TERMs its processes and waits its own grace (10 s) on SIGTERM.
+            termination_grace_period_seconds: Some(15),
+            enable_service_links: Some(false),
+            init_containers: init.map(|c| vec![c]),
+            containers: vec![main_container(spec, token_sha256)],
+            volumes: Some(vec![volume]),
+            node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
+            tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
+            security_context: Some(PodSecurityContext::default()),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// Name, the worker's label, and the build and step as labels (cleaned) and annotations (as given).
+fn metadata(spec: &StepSpec, worker: &str) -> ObjectMeta {
     let mut labels = BTreeMap::from([(WORKER_LABEL.to_owned(), label_value(worker))]);
     let mut annotations = BTreeMap::new();
     for (key, value) in [(BUILD_LABEL, &spec.build), (STEP_LABEL, &spec.step)] {
@@ -136,7 +160,17 @@ pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str) -> Pod {
             annotations.insert(key.to_owned(), v.clone());
         }
     }
-    let (volume, init) = match &spec.delivery {
+    ObjectMeta {
+        name: Some(spec.name.clone()),
+        labels: Some(labels),
+        annotations: Some(annotations),
+        ..Default::default()
+    }
+}
+
+/// The `stepshim` volume, and the init container that fills it when the shim comes from an image.
+fn delivery(delivery: &Delivery) -> (Volume, Option<Container>) {
+    match delivery {
         Delivery::InitContainer { image } => (
             Volume {
                 name: "stepshim".into(),
@@ -177,7 +211,11 @@ pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str) -> Pod {
             },
             None,
         ),
-    };
+    }
+}
+
+/// The shim's own settings (token hash, listen address), then the step's environment.
+fn environment(spec: &StepSpec, token_sha256: &str) -> Vec<EnvVar> {
     let mut env = vec![
         EnvVar {
             name: settings::TOKEN_SHA256.into(),
@@ -195,27 +233,37 @@ pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str) -> Pod {
         value: Some(v.clone()),
         ..Default::default()
     }));
+    env
+}
+
+/// Requests and limits: `cpu` and `memory` are both; `cpu_request` (without `cpu`) a request only.
+fn resources(spec: &StepSpec) -> Option<ResourceRequirements> {
     let request_only = spec.cpu_request.as_ref().filter(|_| spec.cpu.is_none());
-    let resources =
-        (spec.cpu.is_some() || spec.memory.is_some() || request_only.is_some()).then(|| {
-            let mut q = BTreeMap::new();
-            if let Some(c) = &spec.cpu {
-                q.insert("cpu".to_owned(), Quantity(c.clone()));
-            }
-            if let Some(m) = &spec.memory {
-                q.insert("memory".to_owned(), Quantity(m.clone()));
-            }
-            let mut requests = q.clone();
-            if let Some(c) = request_only {
-                requests.insert("cpu".to_owned(), Quantity(c.clone()));
-            }
-            ResourceRequirements {
-                requests: Some(requests),
-                limits: (!q.is_empty()).then_some(q),
-                ..Default::default()
-            }
-        });
-    let main = Container {
+    if spec.cpu.is_none() && spec.memory.is_none() && request_only.is_none() {
+        return None;
+    }
+    let mut q = BTreeMap::new();
+    if let Some(c) = &spec.cpu {
+        q.insert("cpu".to_owned(), Quantity(c.clone()));
+    }
+    if let Some(m) = &spec.memory {
+        q.insert("memory".to_owned(), Quantity(m.clone()));
+    }
+    let mut requests = q.clone();
+    if let Some(c) = request_only {
+        requests.insert("cpu".to_owned(), Quantity(c.clone()));
+    }
+    Some(ResourceRequirements {
+        requests: Some(requests),
+        limits: (!q.is_empty()).then_some(q),
+        ..Default::default()
+    })
+}
+
+/// The step's container: its image with the shim as PID 1, the port, the readiness probe on
+/// `/healthz`, and the shim mounted read-only.
+fn main_container(spec: &StepSpec, token_sha256: &str) -> Container {
+    Container {
         name: "step".into(),
         image: Some(spec.image.clone()),
         image_pull_policy: Some(
@@ -224,7 +272,7 @@ pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str) -> Pod {
                 .unwrap_or_else(|| "IfNotPresent".into()),
         ),
         command: Some(vec![format!("{SHIM_DIR}/stepshim")]),
-        env: Some(env),
+        env: Some(environment(spec, token_sha256)),
         ports: Some(vec![ContainerPort {
             name: Some("stepshim".into()),
             container_port: SHIM_PORT.into(),
@@ -246,7 +294,7 @@ pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str) -> Pod {
             run_as_group: spec.run_as_group,
             ..Default::default()
         }),
-        resources,
+        resources: resources(spec),
         volume_mounts: Some(vec![VolumeMount {
             name: "stepshim".into(),
             mount_path: SHIM_DIR.into(),
@@ -254,30 +302,6 @@ pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str) -> Pod {
             ..Default::default()
         }]),
         ..Default::default()
-    };
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(spec.name.clone()),
-            labels: Some(labels),
-            annotations: Some(annotations),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            restart_policy: Some("Never".into()),
-            automount_service_account_token: Some(spec.automount_service_account_token),
-            service_account_name: spec.service_account.clone(),
-            // The shim TERMs its processes and waits its own grace (10 s) on SIGTERM.
-            termination_grace_period_seconds: Some(15),
-            enable_service_links: Some(false),
-            init_containers: init.map(|c| vec![c]),
-            containers: vec![main],
-            volumes: Some(vec![volume]),
-            node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
-            tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
-            security_context: Some(PodSecurityContext::default()),
-            ..Default::default()
-        }),
-        status: None,
     }
 }
 

@@ -245,8 +245,16 @@ impl Runtime {
     }
 
     /// A client for the shim of pod `name` at `ip` the way this runtime is set to reach shims;
-    /// [`Via::Auto`] takes the pod IP if it accepts a connection within the probe timeout.
+    /// [`Via::Auto`] takes the pod IP if it accepts a connection within the probe timeout. The shim
+    /// has been asked its protocol version once, and one of another version is refused
+    /// ([`ClientError::Incompatible`], `docs/compatibility.md`).
     pub async fn shim_via(&self, name: &str, ip: &str) -> Result<ShimClient, RuntimeError> {
+        let shim = self.shim_via_unchecked(name, ip).await?;
+        shim.check_protocol().await?;
+        Ok(shim)
+    }
+
+    async fn shim_via_unchecked(&self, name: &str, ip: &str) -> Result<ShimClient, RuntimeError> {
         let direct = match self.via {
             Via::Direct => true,
             Via::Proxy => false,
@@ -263,18 +271,21 @@ impl Runtime {
         }
     }
 
-    /// A client for the shim of the cached pod `name`, the way this runtime reaches shims.
+    /// A client for the shim of the cached pod `name`, the way this runtime reaches shims, its
+    /// protocol version checked as [`Runtime::shim_via`] does.
     pub async fn shim(&self, name: &str) -> Result<ShimClient, RuntimeError> {
         let pod = self
             .watch
             .get(name)
             .ok_or_else(|| RuntimeError::NotFound(name.to_owned()))?;
         let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
-        match (ip, self.via) {
-            (_, Via::Proxy) => self.shim_proxy(name),
-            (Some(ip), _) => self.shim_via(name, &ip).await,
-            (None, _) => Err(RuntimeError::NotFound(name.to_owned())),
-        }
+        let shim = match (ip, self.via) {
+            (_, Via::Proxy) => self.shim_proxy(name)?,
+            (Some(ip), _) => self.shim_via_unchecked(name, &ip).await?,
+            (None, _) => return Err(RuntimeError::NotFound(name.to_owned())),
+        };
+        shim.check_protocol().await?;
+        Ok(shim)
     }
 
     /// Deletes pod `name`; a pod already gone is not an error.

@@ -19,10 +19,12 @@
 //
 //   - client.go: Client, request plumbing and the one-request routes.
 //   - types.go: the JSON bodies of PROTOCOL.md section 4.
-//   - errors.go: APIError, error codes and the helpers that classify errors.
+//   - errors.go: APIError, error codes and the functions that classify errors.
 //   - frames.go: the frame decoder of section 5.2, which tracks the resume offset.
 //   - output.go: one output request, and Follow, the resuming loop over it.
 //   - stdin.go: one stdin request, and StdinWriter, the retrying, offset-keeping writer.
 //   - files.go: tar streams in and out.
 //   - atc.go: the ATC-shaped adapter (Container, ProcessSpec, ProcessIO, Process).
+//   - version.go: ProtocolVersion and CheckProtocol, which a caller runs once per shim before
+//     anything else (docs/compatibility.md).
 package shim

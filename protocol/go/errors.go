@@ -1,4 +1,4 @@
-// Errors: the shim's error answers (PROTOCOL.md section 3) as *APIError, and the helpers that classify
+// Errors: the shim's error answers (PROTOCOL.md section 3) as *APIError, and the functions that classify
 // them. Codes this package does not know are classified by HTTP status, as the protocol requires.
 
 package shim
@@ -67,6 +67,10 @@ type APIError struct {
 }
 
 func (e *APIError) Error() string {
+	if e.Code == CodeNoRoute {
+		return fmt.Sprintf("shim: no_route (HTTP %d): %s: the shim is older than this client and lacks "+
+			"this route; upgrade the shim image to use it", e.Status, e.Message)
+	}
 	if e.Code == "" {
 		return fmt.Sprintf("shim: HTTP %d: %s", e.Status, e.Message)
 	}

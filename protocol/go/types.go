@@ -7,7 +7,7 @@ import "time"
 
 // Info is the answer of GET /v1/info.
 type Info struct {
-	// Protocol is the protocol version the shim speaks (1).
+	// Protocol is the protocol version the shim speaks (ProtocolVersion for a shim this package serves).
 	Protocol int `json:"protocol"`
 	// Version is the shim's release.
 	Version string `json:"version"`

@@ -108,7 +108,40 @@ pub async fn run(args: &ClusterArgs) -> Result<i32> {
 
 async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> Result<Report> {
     let (dst, sources) = (&pods[0], &pods[1..]);
-    // Inputs of 1, 1/2, 1/4, 1/8 of the artifact; each source digests its own.
+    let digests = make_artifacts(sources, mib).await?;
+    let src = &sources[0];
+    // Every copy keeps its own directory until the pods go: deleting thousands of files just before
+    // the next copy makes each file created soon after cost more on a node whose ext4 runs without a
+    // journal (the allocator skips recently freed inodes), which measured the disk, not the shim
+    // (a 10,000-file pull: 0.37 CPU s, 4.78 s right after 30,000 deletions).
+    let mut rows: Vec<Row> = Vec::new();
+    for method in [Method::Direct, Method::Controller, Method::Exec] {
+        // The same tree: the direct pull's stream length stands for the exec pipeline's size.
+        let direct_bytes = rows.first().map_or(0, |r| r.bytes);
+        let copy = Copy {
+            args,
+            probe,
+            src,
+            dst,
+            direct_bytes,
+        };
+        if let Some(row) = copy.row(method, mib, &digests[0]).await? {
+            rows.push(row);
+        }
+    }
+    rows.push(idle_row(probe, rows[0].secs).await);
+    let parallel = parallel_inputs(dst, sources, &digests, mib, rows[0].secs).await?;
+    Ok(Report {
+        context: context(),
+        mib,
+        rows,
+        parallel,
+    })
+}
+
+/// Makes the four sources' artifacts, of 1, 1/2, 1/4 and 1/8 of `mib`, and returns each one's
+/// digest, computed by its own source.
+async fn make_artifacts(sources: &[Pod], mib: u64) -> Result<Vec<String>> {
     let started = Instant::now();
     let digests = try_join_all(sources.iter().enumerate().map(|(i, p)| async move {
         let bytes = (mib << 20) >> i;
@@ -137,43 +170,29 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
         mib >> 3,
         started.elapsed().as_secs_f64()
     );
-    let src = &sources[0];
-    // Every copy keeps its own directory until the pods go: deleting thousands of files just before
-    // the next copy makes each file created soon after cost more on a node whose ext4 runs without a
-    // journal (the allocator skips recently freed inodes), which measured the disk, not the shim
-    // (a 10,000-file pull: 0.37 CPU s, 4.78 s right after 30,000 deletions).
-    let mut rows = Vec::new();
-    for method in [Method::Direct, Method::Controller, Method::Exec] {
+    Ok(digests)
+}
+
+/// One copy of the largest artifact from `src` into `dst`, with what it is measured against.
+struct Copy<'a> {
+    args: &'a ClusterArgs,
+    probe: &'a Probe,
+    src: &'a Pod,
+    dst: &'a Pod,
+    /// The direct pull's stream length: the size the exec pipeline is credited with.
+    direct_bytes: u64,
+}
+
+impl Copy<'_> {
+    /// Copies by `method` into its own directory and measures it; `None` when the exec pipeline
+    /// failed (it is the comparison, not what is tested: its row is left out).
+    async fn row(&self, method: Method, mib: u64, digest: &str) -> Result<Option<Row>> {
+        let (src, dst) = (self.src, self.dst);
         let to = format!("{IN}/{}", method.dir());
-        let id = format!("bench-{}", rand::random::<u32>());
         let (cpu0, children0, bridge0) = (own_cpu_secs(false), own_cpu_secs(true), bridge_bytes());
         let (src0, dst0) = (shim_cpu(&src.shim).await?, shim_cpu(&dst.shim).await?);
         let t = Instant::now();
-        let (moved, cost) = measured(probe, async {
-            match method {
-                Method::Direct | Method::Controller => {
-                    let how = if method == Method::Direct {
-                        How::Direct
-                    } else {
-                        How::Controller
-                    };
-                    let c = transfer::copy(&src.shim, &format!("{ART}/"), &dst.shim, &to, &id, how)
-                        .await?;
-                    if method == Method::Direct && !c.direct {
-                        bail!(
-                            "the direct pull fell back to the controller: {:?}",
-                            c.fallback
-                        );
-                    }
-                    Ok(c.bytes)
-                }
-                // The same tree: the direct pull's stream length stands for its size.
-                Method::Exec | Method::Idle => exec_pipeline(args, &src.name, &dst.name, &to)
-                    .await
-                    .map(|()| rows.first().map_or(0, |r: &Row| r.bytes)),
-            }
-        })
-        .await;
+        let (moved, cost) = measured(self.probe, self.copy(method, &to)).await;
         let secs = t.elapsed().as_secs_f64();
         let controller_cpu = if method == Method::Exec {
             own_cpu_secs(true) - children0
@@ -187,14 +206,13 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
         ];
         let bytes = match moved {
             Ok(b) => b,
-            // The exec pipeline is the comparison, not what is tested: its row is left out.
             Err(e) if method == Method::Exec => {
                 eprintln!("bench: no exec row: {e:#}");
-                continue;
+                return Ok(None);
             }
             Err(e) => return Err(e.context(format!("{method:?}"))),
         };
-        let ok = sh(&dst.shim, &digest_of(&to)).await? == digests[0];
+        let ok = sh(&dst.shim, &digest_of(&to)).await? == digest;
         eprintln!(
             "bench: {mib} MiB {method:?}: {:.0} MB/s, controller {controller_cpu:.2} CPU s, \
              apiserver {:.2} CPU s{}",
@@ -202,7 +220,7 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
             cost.cpu_secs,
             if ok { "" } else { ", CONTENT DIFFERS" }
         );
-        rows.push(Row {
+        Ok(Some(Row {
             method,
             bytes,
             secs,
@@ -212,30 +230,64 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
             bridge_bytes: bridge,
             apiserver: cost,
             ok,
-        });
+        }))
     }
-    // The noise floor: nothing moves for as long as the direct pull took.
-    let idle_secs = rows[0].secs;
+
+    /// The copy itself: the bytes moved.
+    async fn copy(&self, method: Method, to: &str) -> Result<u64> {
+        let (src, dst) = (self.src, self.dst);
+        let id = format!("bench-{}", rand::random::<u32>());
+        match method {
+            Method::Direct | Method::Controller => {
+                let how = if method == Method::Direct {
+                    How::Direct
+                } else {
+                    How::Controller
+                };
+                let c =
+                    transfer::copy(&src.shim, &format!("{ART}/"), &dst.shim, to, &id, how).await?;
+                if method == Method::Direct && !c.direct {
+                    bail!(
+                        "the direct pull fell back to the controller: {:?}",
+                        c.fallback
+                    );
+                }
+                Ok(c.bytes)
+            }
+            Method::Exec | Method::Idle => exec_pipeline(self.args, &src.name, &dst.name, to)
+                .await
+                .map(|()| self.direct_bytes),
+        }
+    }
+}
+
+/// The noise floor: nothing moves for `secs` (as long as the direct pull took).
+async fn idle_row(probe: &Probe, secs: f64) -> Row {
     let (cpu0, bridge0) = (own_cpu_secs(false), bridge_bytes());
-    let ((), idle) = measured(
-        probe,
-        tokio::time::sleep(Duration::from_secs_f64(idle_secs)),
-    )
-    .await;
-    let idle_row = Row {
+    let ((), idle) = measured(probe, tokio::time::sleep(Duration::from_secs_f64(secs))).await;
+    Row {
         method: Method::Idle,
         bytes: 0,
-        secs: idle_secs,
+        secs,
         mb_per_s: 0.0,
         controller_cpu_secs: own_cpu_secs(false) - cpu0,
         shims_cpu_secs: [0.0; 2],
         bridge_bytes: bridge_bytes().zip(bridge0).map(|(a, b)| a - b),
         apiserver: idle,
         ok: true,
-    };
-    rows.push(idle_row);
-    // The four inputs one after another, then at once into one pod (as `stepctl run --input`
-    // pulls them), with the destination shim's CPU seconds for each way.
+    }
+}
+
+/// The four inputs one after another, then at once into one pod (as `stepctl run --input` pulls
+/// them), with the destination shim's CPU seconds for each way; `largest_alone` is the direct
+/// pull's time.
+async fn parallel_inputs(
+    dst: &Pod,
+    sources: &[Pod],
+    digests: &[String],
+    mib: u64,
+    largest_alone: f64,
+) -> Result<Parallel> {
     let dst0 = shim_cpu(&dst.shim).await?;
     let t = Instant::now();
     for (i, s) in sources.iter().enumerate() {
@@ -256,7 +308,8 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
     for (i, d) in digests.iter().enumerate() {
         ok &= sh(&dst.shim, &digest_of(&format!("{IN}/par/in{i}"))).await? == *d;
     }
-    let parallel = Parallel {
+    eprintln!("bench: four inputs at once {secs:.1} s, the largest alone {largest_alone:.1} s");
+    Ok(Parallel {
         inputs_mib: (0..4).map(|i| mib >> i).collect(),
         bytes: copies.iter().map(|(c, _)| c.bytes).sum(),
         secs,
@@ -264,34 +317,29 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
             .iter()
             .map(|(_, end)| end.duration_since(t).as_secs_f64())
             .collect(),
-        largest_alone_secs: rows[0].secs,
+        largest_alone_secs: largest_alone,
         sequential_secs,
         dst_cpu_secs: [sequential_dst_cpu, parallel_dst_cpu],
         ok,
-    };
-    eprintln!(
-        "bench: four inputs at once {secs:.1} s, the largest alone {:.1} s",
-        rows[0].secs
-    );
-    Ok(Report {
-        context: serde_json::json!({
-            "date": k8s_openapi::jiff::Timestamp::now().to_string(),
-            "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
-            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-            "command": std::env::args().collect::<Vec<_>>().join(" "),
-            "small_files": SMALL_FILES,
-            "small_file_bytes": SMALL_BYTES,
-        }),
-        mib,
-        rows,
-        parallel,
     })
 }
 
-/// Input `i` of a round (`seq` or `par`) pulled directly from `src` into its own directory of `dst`.
-async fn pull_input(src: &Pod, dst: &Pod, round: &str, i: usize) -> Result<transfer::Copied> {
-    let to = format!("{IN}/{round}/in{i}");
-    let id = format!("bench-{round}{i}-{}", rand::random::<u32>());
+/// Where and how the scenario ran, for the report.
+fn context() -> serde_json::Value {
+    serde_json::json!({
+        "date": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "small_files": SMALL_FILES,
+        "small_file_bytes": SMALL_BYTES,
+    })
+}
+
+/// Input `i` of a pass (`seq` or `par`) pulled directly from `src` into its own directory of `dst`.
+async fn pull_input(src: &Pod, dst: &Pod, pass: &str, i: usize) -> Result<transfer::Copied> {
+    let to = format!("{IN}/{pass}/in{i}");
+    let id = format!("bench-{pass}{i}-{}", rand::random::<u32>());
     Ok(transfer::copy(
         &src.shim,
         &format!("{ART}/"),

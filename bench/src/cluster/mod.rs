@@ -8,12 +8,14 @@ mod apiserver;
 mod artifacts;
 mod artifacts_probe;
 mod artifacts_report;
+mod chart;
 mod faults;
 mod paths;
 mod podcpu;
 mod podspawn;
 mod report;
 mod scenarios;
+mod sequence;
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -23,15 +25,14 @@ use futures_util::future::try_join_all;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
 use kube::api::PostParams;
-use serde_json::json;
 
-use crate::args::{ClusterArgs, LatencyRuntime};
+use crate::args::ClusterArgs;
 use controller::podspec::{Delivery, StepSpec};
 use controller::runtime::{Runtime, TargetConfig, kube_client};
 use controller::token::Key;
-use paths::{Path, Pod2};
+use paths::Pod2;
 use report::Results;
-use scenarios::{Env, measured};
+use scenarios::Env;
 
 /// The admin kubeconfig, kept for building a second client through the cutting proxy.
 static ADMIN_CONFIG: OnceLock<kube::Config> = OnceLock::new();
@@ -146,7 +147,7 @@ pub async fn run(args: &ClusterArgs) -> Result<i32> {
         env.pods.len(),
         started.elapsed().as_secs_f64()
     );
-    let result = scenarios_all(&rt, &mut env, args).await;
+    let result = sequence::scenarios_all(&rt, &mut env, args).await;
     for p in &env.pods {
         let _ = rt.delete(&p.name).await;
     }
@@ -205,157 +206,6 @@ fn shim_failures(r: &Results) -> usize {
     });
     latency + concurrency + throughput + faults
 }
-
-async fn scenarios_all(rt: &Runtime, env: &mut Env, args: &ClusterArgs) -> Result<Results> {
-    // Warm up every path once per pod (images, connections, caches), unmeasured.
-    for (i, pod) in env.pods.iter().enumerate() {
-        for path in Path::ALL {
-            let o = paths::run(
-                path,
-                &env.pods_api,
-                pod,
-                &format!("warm-{i}"),
-                &["/bin/true".to_owned()],
-                Duration::from_secs(60),
-            )
-            .await?;
-            if o.status != Some(0) {
-                bail!("warm-up on {path:?} in {} exited {:?}", pod.name, o.status);
-            }
-        }
-    }
-    // The idle interval is the yardstick of the concurrency rows; runs without them skip it.
-    let idle_secs = if args.runs("concurrency") { 10.0 } else { 0.0 };
-    let ((), idle) = measured(
-        &env.probe,
-        tokio::time::sleep(Duration::from_secs_f64(idle_secs)),
-    )
-    .await;
-    eprintln!(
-        "bench: idle apiserver {:.2} CPU s in {idle_secs} s",
-        idle.cpu_secs
-    );
-    let (latency, round_trips) = match args.latency_runtime {
-        _ if !args.runs("latency") => (Vec::new(), Vec::new()),
-        LatencyRuntime::MultiThread => (
-            scenarios::latency(env, args.iterations).await?,
-            scenarios::round_trips(env, args.iterations).await,
-        ),
-        LatencyRuntime::CurrentThread => {
-            let config = ADMIN_CONFIG.get().context("admin config")?;
-            tokio::task::block_in_place(|| {
-                scenarios::latency_own_thread(env, config, args.iterations)
-            })?
-        }
-    };
-    eprintln!("bench: latency done");
-    let pod_spawn = if args.runs("podspawn") {
-        let p = podspawn::measure(env, 500, 6).await?;
-        eprintln!(
-            "bench: in-pod spawn {:.0} us (loop alone {:.1} us)",
-            p.spawn_p50_us(),
-            podspawn::median(&p.us_per_loop)
-        );
-        Some(p)
-    } else {
-        None
-    };
-    let mut concurrency = Vec::new();
-    let levels = if args.runs("concurrency") {
-        &args.levels[..]
-    } else {
-        &[]
-    };
-    for (k, level) in levels.iter().enumerate() {
-        for path in Path::order(k) {
-            let c = scenarios::concurrent(env, path, *level, args.lines).await;
-            eprintln!(
-                "bench: {level} at once on {path:?}: {} errors in {:.1} s",
-                c.errors, c.wall_secs
-            );
-            concurrency.push(c);
-        }
-    }
-    let mut throughput = Vec::new();
-    let bytes = args.stream_mib << 20;
-    let writers = [
-        ("dd bs=1M", paths::zeros(args.stream_mib)),
-        ("busybox head -c", paths::zeros_by_head(args.stream_mib)),
-    ];
-    let writers = if args.runs("throughput") {
-        &writers[..]
-    } else {
-        &[]
-    };
-    for (w, (writer, cmd)) in writers.iter().enumerate() {
-        for path in Path::order(1 + w) {
-            let t = scenarios::throughput(env, path, writer, cmd, bytes).await;
-            eprintln!(
-                "bench: {} MiB by {writer} on {path:?}: {:.0} MB/s",
-                bytes >> 20,
-                t.mb_per_s
-            );
-            throughput.push(t);
-        }
-    }
-    let faults = match &args.restart_cmd {
-        Some(cmd) if !args.no_faults && args.runs("faults") => {
-            let n = 20;
-            let (whole, restart_secs) = faults::restart_during_streams(env, n, cmd).await?;
-            env.probe.set_pid(apiserver::find_pid(None)?);
-            eprintln!("bench: restart during streams: {whole:?} of {n}");
-            let mut cuts = Vec::new();
-            for path in Path::order(0) {
-                cuts.push(
-                    faults::cut_stream(
-                        path,
-                        &env.pods_api,
-                        &env.pods[1 % env.pods.len()],
-                        bytes,
-                        "cut",
-                    )
-                    .await,
-                );
-            }
-            Some(faults::Faults {
-                restart_processes: n,
-                restart_whole: whole,
-                restart_secs,
-                cuts,
-            })
-        }
-        _ => None,
-    };
-    let version = rt
-        .client
-        .apiserver_version()
-        .await
-        .map(|v| v.git_version)
-        .unwrap_or_default();
-    let context = json!({
-        "date": controller_now(),
-        "kubernetes": version,
-        "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        "command": std::env::args().collect::<Vec<_>>().join(" "),
-        "pods": env.pods.len(),
-        "latency_runtime": format!("{:?}", args.latency_runtime),
-        "cpu_request": args.cpu_request(),
-        "load": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
-    });
-    Ok(Results {
-        context,
-        idle,
-        idle_secs,
-        latency,
-        round_trips,
-        pod_spawn,
-        concurrency,
-        throughput,
-        faults,
-    })
-}
-
 fn controller_now() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
 }

@@ -35,10 +35,10 @@ impl Path {
     /// Every path, in report order.
     pub const ALL: [Path; 3] = [Path::Shim, Path::Proxy, Path::Exec];
 
-    /// All three in the order a round runs them; rounds rotate which goes first.
-    pub fn order(round: usize) -> [Path; 3] {
+    /// All three in the order pass `pass` runs them; passes rotate which goes first.
+    pub fn order(pass: usize) -> [Path; 3] {
         let mut o = Self::ALL;
-        o.rotate_left(round % 3);
+        o.rotate_left(pass % 3);
         o
     }
 
@@ -114,7 +114,7 @@ pub async fn run(
 
 /// Runs `cmd`, whose output nobody reads, in `pod` by `path`: on the shim paths spawn and exit
 /// status in one `PUT ?wait=` (what a client that only needs the status sends), on exec the same
-/// session as [`run`] (exec has no cheaper form: the status comes after the output streams end).
+/// exchange as [`run`] (exec has no cheaper form: the status comes after the output streams end).
 pub async fn run_for_status(
     path: Path,
     pods: &Api<Pod>,
@@ -220,10 +220,10 @@ async fn via_exec(pods: &Api<Pod>, pod: &str, cmd: &[String]) -> Result<Outcome>
         .exec(pod, cmd.to_vec(), &params)
         .await
         .context("exec")?;
-    let mut stdout = proc
+    let stdout = proc
         .stdout()
         .ok_or_else(|| anyhow!("exec without stdout"))?;
-    let mut stderr = proc
+    let stderr = proc
         .stderr()
         .ok_or_else(|| anyhow!("exec without stderr"))?;
     let status = proc
@@ -232,46 +232,10 @@ async fn via_exec(pods: &Api<Pod>, pod: &str, cmd: &[String]) -> Result<Outcome>
     let first = std::sync::Mutex::new(None::<Duration>);
     let read_out = async {
         let mut fnv = Digest::new();
-        let mut n = 0u64;
-        let mut buf = vec![0u8; 256 * 1024];
-        loop {
-            // A broken connection ends the stream like EOF: what arrived is what counts. kube-rs
-            // does not always end the streams when the connection dies, so silence ends them too.
-            let k = tokio::time::timeout(STALL, stdout.read(&mut buf))
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or(0);
-            if k == 0 {
-                return (n, fnv.digest());
-            }
-            first
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert_with(|| start.elapsed());
-            fnv.update(&buf[..k]);
-            n += k as u64;
-        }
+        let n = drain(stdout, 256 * 1024, start, &first, |b| fnv.update(b)).await;
+        (n, fnv.digest())
     };
-    let read_err = async {
-        let mut n = 0u64;
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let k = tokio::time::timeout(STALL, stderr.read(&mut buf))
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or(0);
-            if k == 0 {
-                return n;
-            }
-            first
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert_with(|| start.elapsed());
-            n += k as u64;
-        }
-    };
+    let read_err = drain(stderr, 64 * 1024, start, &first, |_| {});
     let ((out_n, digest), err_n) = tokio::join!(read_out, read_err);
     // No status when the connection broke: the exit is unknown to this client.
     // When the connection broke, kube-rs may never resolve the status: the exit is then unknown
@@ -291,6 +255,37 @@ async fn via_exec(pods: &Api<Pod>, pod: &str, cmd: &[String]) -> Result<Outcome>
         first_byte: *first.lock().unwrap_or_else(|e| e.into_inner()),
         total: start.elapsed(),
     })
+}
+
+/// Reads `r` in chunks of `buf_len` until it ends, handing each chunk to `each` and noting in
+/// `first` when the first byte (of either stream) came; returns the bytes read. A broken
+/// connection ends the stream like EOF: what arrived is what counts. kube-rs does not always end
+/// the streams when the connection dies, so silence (`STALL`) ends them too.
+async fn drain(
+    mut r: impl tokio::io::AsyncRead + Unpin,
+    buf_len: usize,
+    start: Instant,
+    first: &std::sync::Mutex<Option<Duration>>,
+    mut each: impl FnMut(&[u8]),
+) -> u64 {
+    let mut n = 0u64;
+    let mut buf = vec![0u8; buf_len];
+    loop {
+        let k = tokio::time::timeout(STALL, r.read(&mut buf))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or(0);
+        if k == 0 {
+            return n;
+        }
+        first
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(|| start.elapsed());
+        each(&buf[..k]);
+        n += k as u64;
+    }
 }
 
 /// The exit code in an exec's final Status: 0 on Success, else the `ExitCode` cause.
@@ -317,7 +312,7 @@ mod tests {
         for r in 0..6 {
             let mut o = Path::order(r).map(|p| p as usize);
             o.sort_unstable();
-            assert_eq!(o, [0, 1, 2], "round {r}");
+            assert_eq!(o, [0, 1, 2], "pass {r}");
         }
         assert!(Path::Shim.is_shim() && Path::Proxy.is_shim() && !Path::Exec.is_shim());
     }

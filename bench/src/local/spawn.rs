@@ -7,7 +7,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use protocol::{Exit, Process, SpawnRequest};
@@ -75,7 +75,7 @@ impl RawConn {
     }
 }
 
-/// Measures the spawn latencies (see the module header) over `n` rounds.
+/// Measures the spawn latencies (see the module header) over `n` iterations.
 pub(super) async fn spawn_latency(
     c: &client::ShimClient,
     pid: u32,
@@ -84,42 +84,70 @@ pub(super) async fn spawn_latency(
     n: usize,
     r: &mut Report,
 ) -> Result<()> {
-    let (mut raw, mut via, mut health, mut sock) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut cold, mut cold_sock) = (Vec::new(), Vec::new());
-    let spec = SpawnRequest {
-        path: "/bin/true".into(),
-        ..Default::default()
-    };
     let mut conn = RawConn::connect(addr, token)?;
     let cpu_before = super::cpu_secs(pid)?;
-    // Every spawn through the shim follows a raw one, as in the rounds before the plain socket was
-    // added: the shim then starts from the same state (idle while the raw child ran) whichever
-    // client sends.
+    let mut t = Timings::default();
     for i in 0..n {
-        let t = Instant::now();
-        Command::new("/bin/true").status()?;
-        raw.push(t.elapsed());
+        t.iteration(c, &mut conn, i).await?;
+    }
+    // Less disturbed by other load than the latencies: the shim's own CPU time (its children's not
+    // included) per iteration: two spawns, two deletes and three `/healthz`.
+    let cpu_per_round = (super::cpu_secs(pid)? - cpu_before) / n.max(1) as f64 * 1e6;
+    Latencies::of(t).report(cpu_per_round, r);
+    Ok(())
+}
+
+/// What one run measures, one sample per iteration each.
+#[derive(Default)]
+struct Timings {
+    raw: Vec<Duration>,
+    via: Vec<Duration>,
+    health: Vec<Duration>,
+    sock: Vec<Duration>,
+    cold: Vec<Duration>,
+    cold_sock: Vec<Duration>,
+}
+
+/// Runs `/bin/true`, timed.
+fn raw_true() -> Result<Duration> {
+    let t = Instant::now();
+    Command::new("/bin/true").status()?;
+    Ok(t.elapsed())
+}
+
+impl Timings {
+    /// One iteration. Every spawn through the shim follows a raw one: the shim then starts from the
+    /// same state (idle while the raw child ran) whichever client sends.
+    async fn iteration(
+        &mut self,
+        c: &client::ShimClient,
+        conn: &mut RawConn,
+        i: usize,
+    ) -> Result<()> {
+        let spec = SpawnRequest {
+            path: "/bin/true".into(),
+            ..Default::default()
+        };
+        self.raw.push(raw_true()?);
         let id = format!("lat{i}");
         let t = Instant::now();
         let (p, _) = c.spawn_wait(&id, &spec, 10).await?;
-        via.push(t.elapsed());
+        self.via.push(t.elapsed());
         if p.exit != Some(Exit::code(0)) {
             bail!("latency run {id} ended {:?}", p.exit);
         }
         c.delete(&id, false).await?;
         let t = Instant::now();
         c.healthz().await?;
-        health.push(t.elapsed());
-        let t = Instant::now();
-        Command::new("/bin/true").status()?;
-        raw.push(t.elapsed());
+        self.health.push(t.elapsed());
+        self.raw.push(raw_true()?);
         let id = format!("raw{i}");
         // Timed like the client's call: the spec encoded and the answer decoded inside.
         let t = Instant::now();
         let body = serde_json::to_vec(&spec)?;
         let (status, answer) = conn.call("PUT", &format!("/v1/processes/{id}?wait=10"), &body)?;
         let p: Process = serde_json::from_slice(&answer)?;
-        sock.push(t.elapsed());
+        self.sock.push(t.elapsed());
         if status != 201 || p.exit != Some(Exit::code(0)) {
             bail!("latency run {id} answered {status}, ended {:?}", p.exit);
         }
@@ -132,86 +160,108 @@ pub(super) async fn spawn_latency(
         Command::new("/bin/true").status()?;
         let t = Instant::now();
         c.healthz().await?;
-        cold.push(t.elapsed());
+        self.cold.push(t.elapsed());
         Command::new("/bin/true").status()?;
         let t = Instant::now();
         conn.call("GET", "/healthz", b"")?;
-        cold_sock.push(t.elapsed());
+        self.cold_sock.push(t.elapsed());
+        Ok(())
     }
-    // Less disturbed by other load than the latencies: the shim's own CPU time (its children's not
-    // included) per round of two spawns, two deletes and three `/healthz`.
-    let cpu_per_round = (super::cpu_secs(pid)? - cpu_before) / n.max(1) as f64 * 1e6;
-    let (raw, via, health, sock) = (
-        Samples::new(raw),
-        Samples::new(via),
-        Samples::new(health),
-        Samples::new(sock),
-    );
-    let (cold, cold_sock) = (Samples::new(cold), Samples::new(cold_sock));
-    let added = via.pct(50.0).saturating_sub(raw.pct(50.0));
-    let added_sock = sock.pct(50.0).saturating_sub(raw.pct(50.0));
-    eprintln!(
-        "bench: spawn-to-exit p50 raw {} shim {} plain socket {} (healthz {}, after a spawn {}, plain socket {}; shim CPU {cpu_per_round:.0} µs a round)",
-        us(raw.pct(50.0)),
-        us(via.pct(50.0)),
-        us(sock.pct(50.0)),
-        us(health.pct(50.0)),
-        us(cold.pct(50.0)),
-        us(cold_sock.pct(50.0))
-    );
-    let p50_99 = |s: &Samples| format!("{} / {}", us(s.pct(50.0)), us(s.pct(99.0)));
-    r.row(
-        "spawn to exit, raw fork/exec of /bin/true (p50 / p99)",
-        p50_99(&raw),
-        "",
-    );
-    r.row(
-        "spawn to exit through the shim, one request (p50 / p99)",
-        p50_99(&via),
-        "",
-    );
-    r.row(
-        "added latency over raw fork/exec (p50)",
-        us(added),
-        "< 100 µs",
-    );
-    r.row(
-        "the same spawn from a plain socket (p50 / p99)",
-        p50_99(&sock),
-        "",
-    );
-    r.row(
-        "added latency over raw fork/exec, plain socket (p50)",
-        us(added_sock),
-        "",
-    );
-    r.row(
-        "shim CPU per round (two spawns, two deletes, three /healthz)",
-        format!("{cpu_per_round:.0} µs"),
-        "",
-    );
-    r.row(
-        "GET /healthz round trip, the same client (p50 / p99)",
-        p50_99(&health),
-        "",
-    );
-    r.row(
-        "the same right after a raw fork/exec (p50 / p99)",
-        p50_99(&cold),
-        "",
-    );
-    r.row(
-        "that from a plain socket (p50 / p99)",
-        p50_99(&cold_sock),
-        "",
-    );
-    let j = |s: &Samples| json!({"p50": s.pct(50.0).as_micros() as u64, "p99": s.pct(99.0).as_micros() as u64, "n": s.len()});
-    r.set("spawn_raw_us", j(&raw));
-    r.set("spawn_shim_us", j(&via));
-    r.set("spawn_socket_us", j(&sock));
-    r.set("healthz_us", j(&health));
-    r.set("shim_cpu_us_per_round", json!(cpu_per_round));
-    r.set("healthz_after_spawn_us", j(&cold));
-    r.set("healthz_after_spawn_socket_us", j(&cold_sock));
-    Ok(())
+}
+
+/// [`Timings`] as distributions.
+struct Latencies {
+    raw: Samples,
+    via: Samples,
+    health: Samples,
+    sock: Samples,
+    cold: Samples,
+    cold_sock: Samples,
+}
+
+impl Latencies {
+    fn of(t: Timings) -> Self {
+        Latencies {
+            raw: Samples::new(t.raw),
+            via: Samples::new(t.via),
+            health: Samples::new(t.health),
+            sock: Samples::new(t.sock),
+            cold: Samples::new(t.cold),
+            cold_sock: Samples::new(t.cold_sock),
+        }
+    }
+
+    /// One line on stderr, then the report's rows and JSON values.
+    fn report(&self, cpu_per_round: f64, r: &mut Report) {
+        eprintln!(
+            "bench: spawn-to-exit p50 raw {} shim {} plain socket {} (healthz {}, after a spawn {}, plain socket {}; shim CPU {cpu_per_round:.0} µs a round)",
+            us(self.raw.pct(50.0)),
+            us(self.via.pct(50.0)),
+            us(self.sock.pct(50.0)),
+            us(self.health.pct(50.0)),
+            us(self.cold.pct(50.0)),
+            us(self.cold_sock.pct(50.0))
+        );
+        self.rows(cpu_per_round, r);
+        let j = |s: &Samples| json!({"p50": s.pct(50.0).as_micros() as u64, "p99": s.pct(99.0).as_micros() as u64, "n": s.len()});
+        r.set("spawn_raw_us", j(&self.raw));
+        r.set("spawn_shim_us", j(&self.via));
+        r.set("spawn_socket_us", j(&self.sock));
+        r.set("healthz_us", j(&self.health));
+        r.set("shim_cpu_us_per_round", json!(cpu_per_round));
+        r.set("healthz_after_spawn_us", j(&self.cold));
+        r.set("healthz_after_spawn_socket_us", j(&self.cold_sock));
+    }
+
+    /// The report's table rows.
+    fn rows(&self, cpu_per_round: f64, r: &mut Report) {
+        let added = self.via.pct(50.0).saturating_sub(self.raw.pct(50.0));
+        let added_sock = self.sock.pct(50.0).saturating_sub(self.raw.pct(50.0));
+        let p50_99 = |s: &Samples| format!("{} / {}", us(s.pct(50.0)), us(s.pct(99.0)));
+        r.row(
+            "spawn to exit, raw fork/exec of /bin/true (p50 / p99)",
+            p50_99(&self.raw),
+            "",
+        );
+        r.row(
+            "spawn to exit through the shim, one request (p50 / p99)",
+            p50_99(&self.via),
+            "",
+        );
+        r.row(
+            "added latency over raw fork/exec (p50)",
+            us(added),
+            "< 100 µs",
+        );
+        r.row(
+            "the same spawn from a plain socket (p50 / p99)",
+            p50_99(&self.sock),
+            "",
+        );
+        r.row(
+            "added latency over raw fork/exec, plain socket (p50)",
+            us(added_sock),
+            "",
+        );
+        r.row(
+            "shim CPU per round (two spawns, two deletes, three /healthz)",
+            format!("{cpu_per_round:.0} µs"),
+            "",
+        );
+        r.row(
+            "GET /healthz round trip, the same client (p50 / p99)",
+            p50_99(&self.health),
+            "",
+        );
+        r.row(
+            "the same right after a raw fork/exec (p50 / p99)",
+            p50_99(&self.cold),
+            "",
+        );
+        r.row(
+            "that from a plain socket (p50 / p99)",
+            p50_99(&self.cold_sock),
+            "",
+        );
+    }
 }

@@ -76,6 +76,17 @@ fn mib(kib: u64) -> String {
 /// The markdown report.
 pub fn markdown(r: &Results) -> String {
     let mut s = String::new();
+    intro(r, &mut s);
+    drivers(r, &mut s);
+    stripped(r, &mut s);
+    if r.drivers.iter().any(|d| d.restart.is_some()) {
+        restarts(r, &mut s);
+    }
+    s
+}
+
+/// The run in one line: pods, Kubernetes, CPUs, the command.
+fn intro(r: &Results, s: &mut String) {
     let c = &r.context;
     let _ = writeln!(
         s,
@@ -86,6 +97,10 @@ pub fn markdown(r: &Results) -> String {
         c["cpus"],
         c["command"].as_str().unwrap_or("")
     );
+}
+
+/// The drivers' table (the memory variant apart) and what its columns count.
+fn drivers(r: &Results, s: &mut String) {
     let _ = writeln!(
         s,
         "| driver | pods cached | first sync | start: LIST / WATCH / WATCH-list sent | ticks | per tick: LIST + WATCH-list sent | WATCH sent | other sent in all ticks | LIST, WATCH counted by the apiserver | tick p50 | RSS ready | RSS peak | deletion to notice p50 / p90 / max | missed |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
@@ -131,6 +146,10 @@ pub fn markdown(r: &Results) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     );
+}
+
+/// The memory variant, a sentence each.
+fn stripped(r: &Results, s: &mut String) {
     for d in r.drivers.iter().filter(|d| d.driver == Kind::RustStripped) {
         let _ = writeln!(
             s,
@@ -141,45 +160,46 @@ pub fn markdown(r: &Results) -> String {
             mib(peak(d))
         );
     }
-    if r.drivers.iter().any(|d| d.restart.is_some()) {
+}
+
+/// After the apiserver was killed: the table and what it counts.
+fn restarts(r: &Results, s: &mut String) {
+    let _ = writeln!(
+        s,
+        "\n| after `restart-apiserver --kill` | restart | LIST / WATCH / WATCH-list sent | of which answered 2xx | other sent | LIST, WATCH counted by the new apiserver | ticks ok / failed | pods cached | deletion to notice p50 / p90 / max | missed |\n|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for d in &r.drivers {
+        let Some(a) = &d.restart else { continue };
+        let ok = |c: &str| a.seen.get(c).map_or(0, |x| x.ok);
         let _ = writeln!(
             s,
-            "\n| after `restart-apiserver --kill` | restart | LIST / WATCH / WATCH-list sent | of which answered 2xx | other sent | LIST, WATCH counted by the new apiserver | ticks ok / failed | pods cached | deletion to notice p50 / p90 / max | missed |\n|---|---|---|---|---|---|---|---|---|---|"
-        );
-        for d in &r.drivers {
-            let Some(a) = &d.restart else { continue };
-            let ok = |c: &str| a.seen.get(c).map_or(0, |x| x.ok);
-            let _ = writeln!(
-                s,
-                "| {:?} | {:.1} s | {} | {} / {} / {} | {} | {}, {} | {} / {} | {} | {} | {} |",
-                d.driver,
-                a.restart_secs,
-                sent(&a.seen),
-                ok("list"),
-                ok("watch"),
-                ok("watch-list"),
-                n(&a.seen, "other"),
-                a.requests.list,
-                a.requests.watch,
-                a.ticks.done,
-                a.ticks.failed,
-                a.ticks.pods,
-                notice(&a.notices),
-                a.notices.missed
-            );
-        }
-        let _ = writeln!(
-            s,
-            "\nSent: from just before the kill over {} s of ticks and the deletions after them; counted by the new apiserver: from its start (its FlowSchemas load after it starts serving, so its first seconds may be missing).",
-            r.drivers
-                .iter()
-                .filter_map(|d| d.restart.as_ref())
-                .map(|a| format!("{:.0}", a.ticks.secs))
-                .next()
-                .unwrap_or_default()
+            "| {:?} | {:.1} s | {} | {} / {} / {} | {} | {}, {} | {} / {} | {} | {} | {} |",
+            d.driver,
+            a.restart_secs,
+            sent(&a.seen),
+            ok("list"),
+            ok("watch"),
+            ok("watch-list"),
+            n(&a.seen, "other"),
+            a.requests.list,
+            a.requests.watch,
+            a.ticks.done,
+            a.ticks.failed,
+            a.ticks.pods,
+            notice(&a.notices),
+            a.notices.missed
         );
     }
-    s
+    let _ = writeln!(
+        s,
+        "\nSent: from just before the kill over {} s of ticks and the deletions after them; counted by the new apiserver: from its start (its FlowSchemas load after it starts serving, so its first seconds may be missing).",
+        r.drivers
+            .iter()
+            .filter_map(|d| d.restart.as_ref())
+            .map(|a| format!("{:.0}", a.ticks.secs))
+            .next()
+            .unwrap_or_default()
+    );
 }
 
 /// What fails the run: a pod LIST (or a WATCH streaming the whole collection, a relist by another

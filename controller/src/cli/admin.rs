@@ -198,6 +198,8 @@ pub async fn check(target: &Target, out: Output) -> Result<i32> {
 /// Prints RBAC (and the shim ConfigMap) as YAML; `--via proxy` or `auto` adds the `pods/proxy` rule.
 pub fn manifests(target: &TargetArgs, args: ManifestArgs) -> Result<i32> {
     let proxy = target.via != super::args::ViaArg::Direct;
+    // Everything is checked before anything is printed, so a refusal leaves no half manifest.
+    let policy = args.network_policy.then(|| shim_peers(&args)).transpose()?;
     print!(
         "{}",
         manifests::rbac_for(&args.name, &target.namespace, proxy)?
@@ -209,5 +211,41 @@ pub fn manifests(target: &TargetArgs, args: ManifestArgs) -> Result<i32> {
             manifests::shim_configmap(&args.configmap, &target.namespace, bytes)?
         );
     }
+    if let Some(peers) = policy {
+        print!(
+            "---\n{}",
+            manifests::network_policy_yaml(&args.name, &target.namespace, &target.worker, &peers)?
+        );
+    }
     Ok(0)
+}
+
+/// The NetworkPolicy's peers from `--controller-label`, `--controller-namespace` and
+/// `--controller-cidr`, each checked.
+fn shim_peers(args: &ManifestArgs) -> Result<manifests::ShimPeers> {
+    let mut labels = std::collections::BTreeMap::new();
+    for pair in &args.controller_labels {
+        match pair.split_once('=') {
+            Some((k, v)) if !k.is_empty() => labels.insert(k.to_owned(), v.to_owned()),
+            _ => bail!("--controller-label {pair:?}: want KEY=VALUE"),
+        };
+    }
+    for cidr in &args.controller_cidrs {
+        let ok = cidr.split_once('/').is_some_and(|(ip, bits)| {
+            let max = match ip.parse::<std::net::IpAddr>() {
+                Ok(std::net::IpAddr::V4(_)) => 32,
+                Ok(std::net::IpAddr::V6(_)) => 128,
+                Err(_) => return false,
+            };
+            bits.parse::<u8>().is_ok_and(|b| b <= max)
+        });
+        if !ok {
+            bail!("--controller-cidr {cidr:?}: want an address block such as 203.0.113.7/32");
+        }
+    }
+    Ok(manifests::ShimPeers {
+        controller_labels: labels,
+        controller_namespace: args.controller_namespace.clone(),
+        cidrs: args.controller_cidrs.clone(),
+    })
 }

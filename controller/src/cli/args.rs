@@ -102,7 +102,8 @@ pub enum Command {
     Retire,
     /// Check the apiserver and that the credentials hold the needed verbs (and no exec rights).
     Check,
-    /// Print the RBAC objects (and optionally the shim ConfigMap) to apply once per namespace.
+    /// Print the RBAC objects (and optionally the shim ConfigMap and a NetworkPolicy) to apply once
+    /// per namespace.
     Manifests(ManifestArgs),
     /// Copy files between here and a pod, or between two pods (POD:/PATH), through the shims.
     Cp(CpArgs),
@@ -260,4 +261,28 @@ pub struct ManifestArgs {
     /// Name of that ConfigMap.
     #[arg(long, default_value = "stepshim")]
     pub configmap: String,
+    /// Also print a NetworkPolicy (named as --name) for the step pods of --worker: ingress to them
+    /// only on the shim's port 7777/TCP, from the controller (--controller-label,
+    /// --controller-cidr) and from the worker's own step pods (pulls between steps); nothing else
+    /// may connect to them, on any port. Egress stays open. Needs a network plugin that enforces
+    /// NetworkPolicy; the kubelet's readiness probe comes from the node, which such plugins admit.
+    #[arg(long)]
+    pub network_policy: bool,
+    /// With --network-policy: a label KEY=VALUE the operator puts on the controller's pods (the
+    /// pods running stepctl or ATC); repeat for several labels, all of which must match.
+    #[arg(
+        long = "controller-label",
+        value_name = "KEY=VALUE",
+        default_value = "app.kubernetes.io/component=stepshim-controller"
+    )]
+    pub controller_labels: Vec<String>,
+    /// With --network-policy: the namespace of the controller's pods, if not the step pods' own.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub controller_namespace: Option<String>,
+    /// With --network-policy: an address block also admitted, e.g. 203.0.113.7/32: a controller
+    /// outside the pod network (its address as the pods see it, often its node's), or, with
+    /// --via proxy or auto, the apiserver's addresses as the pods see them (the control-plane
+    /// nodes' IPs). Repeatable.
+    #[arg(long = "controller-cidr", value_name = "CIDR")]
+    pub controller_cidrs: Vec<String>,
 }

@@ -29,7 +29,10 @@ impl Target {
     pub async fn connect(args: &TargetArgs) -> Result<Target> {
         if args.local {
             let bin = local::find_binary(args.shim_bin.clone())?;
-            return Ok(Target::Local(Box::new(local::start(&bin)?)));
+            let shim = local::start(&bin)?;
+            // Once per shim, before anything else: one of another protocol is refused.
+            shim.client.check_protocol().await?;
+            return Ok(Target::Local(Box::new(shim)));
         }
         Ok(Target::Cluster(Box::new(connect_cluster(args).await?)))
     }

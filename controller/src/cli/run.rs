@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use client::ShimClient;
 use controller::podspec::{Delivery, StepSpec};
+use controller::runtime::Runtime;
 use protocol::SpawnRequest;
 
 use super::args::{AttachArgs, DeliveryArg, HijackArgs, RunArgs};
@@ -16,19 +17,7 @@ const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
 
 /// Runs the command; returns the exit code.
 pub async fn run(target: &Target, args: RunArgs) -> Result<i32> {
-    let (path, rest) = args.command.split_first().context("no command")?;
-    let tty = args
-        .tty
-        .then(|| term::size().unwrap_or(protocol::TtySize { cols: 80, rows: 24 }));
-    let spec = SpawnRequest {
-        path: path.clone(),
-        args: rest.to_vec(),
-        env: args.env.clone(),
-        dir: args.dir.clone(),
-        user: args.user.clone(),
-        stdin: args.stdin || args.tty,
-        tty,
-    };
+    let mut spec = spawn_request(&args)?;
     let how = if args.through_controller {
         controller::transfer::How::Controller
     } else {
@@ -42,7 +31,6 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<i32> {
         let (workdir, ins, outs) = (workdir.clone(), args.inputs.clone(), args.outputs.clone());
         async move { inputs::prepare(target, &shim, &workdir, &ins, &outs, how).await }
     };
-    let mut spec = spec;
     if !args.inputs.is_empty() && spec.dir.is_none() {
         spec.dir = Some(workdir.clone());
     }
@@ -51,51 +39,85 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<i32> {
             prepare(local.client.clone()).await?;
             run_process(&local.client, &args.id, &spec).await
         }
-        Target::Cluster(rt) => {
-            let name = args
-                .name
-                .clone()
-                .unwrap_or_else(|| format!("step-{}", random_suffix()));
-            let delivery = match args.delivery {
-                DeliveryArg::Init => Delivery::InitContainer {
-                    image: args.shim_image.clone(),
-                },
-                DeliveryArg::Configmap => Delivery::ConfigMap {
-                    name: args.configmap.clone(),
-                },
-            };
-            let mut step = StepSpec::new(&name, &args.image, delivery);
-            step.build = args.build.clone();
-            step.step = args.step.clone();
-            step.cpu = args.cpu.clone();
-            step.memory = args.memory.clone();
-            step.privileged = args.privileged;
-            step.image_pull_policy = args.pull_policy.clone();
-            rt.create(&step)
-                .await
-                .with_context(|| format!("creating pod {name}"))?;
-            let result = async {
-                let ip = rt
-                    .wait_ready(&name, Duration::from_secs(args.ready_timeout), |p| {
-                        eprintln!("stepctl: pod {name}: {p}")
-                    })
-                    .await?;
-                let shim = rt.shim_via(&name, &ip).await?;
-                prepare(shim.clone()).await?;
-                run_process(&shim, &args.id, &spec).await
-            }
-            .await;
-            for out in &args.outputs {
-                eprintln!("stepctl: output {name}:{out}");
-            }
-            if args.keep || !args.outputs.is_empty() {
-                eprintln!("stepctl: keeping pod {name}");
-            } else if let Err(e) = rt.delete(&name).await {
-                eprintln!("stepctl: could not delete pod {name}: {e}");
-            }
-            result
-        }
+        Target::Cluster(rt) => run_in_pod(rt, &args, &spec, prepare).await,
     }
+}
+
+/// The process `run` spawns: the command, its environment, and a terminal of our window's size.
+fn spawn_request(args: &RunArgs) -> Result<SpawnRequest> {
+    let (path, rest) = args.command.split_first().context("no command")?;
+    let tty = args
+        .tty
+        .then(|| term::size().unwrap_or(protocol::TtySize { cols: 80, rows: 24 }));
+    Ok(SpawnRequest {
+        path: path.clone(),
+        args: rest.to_vec(),
+        env: args.env.clone(),
+        dir: args.dir.clone(),
+        user: args.user.clone(),
+        stdin: args.stdin || args.tty,
+        tty,
+    })
+}
+
+/// The step pod `run` creates, named `name`.
+fn step_spec(args: &RunArgs, name: &str) -> StepSpec {
+    let delivery = match args.delivery {
+        DeliveryArg::Init => Delivery::InitContainer {
+            image: args.shim_image.clone(),
+        },
+        DeliveryArg::Configmap => Delivery::ConfigMap {
+            name: args.configmap.clone(),
+        },
+    };
+    let mut step = StepSpec::new(name, &args.image, delivery);
+    step.build = args.build.clone();
+    step.step = args.step.clone();
+    step.cpu = args.cpu.clone();
+    step.memory = args.memory.clone();
+    step.privileged = args.privileged;
+    step.image_pull_policy = args.pull_policy.clone();
+    step
+}
+
+/// Creates the step pod, waits for it, `prepare`s its shim (inputs, output directories), runs
+/// `spec` there, then deletes the pod unless it is to be kept.
+async fn run_in_pod<F>(
+    rt: &Runtime,
+    args: &RunArgs,
+    spec: &SpawnRequest,
+    prepare: impl Fn(ShimClient) -> F,
+) -> Result<i32>
+where
+    F: std::future::Future<Output = Result<()>>,
+{
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("step-{}", random_suffix()));
+    rt.create(&step_spec(args, &name))
+        .await
+        .with_context(|| format!("creating pod {name}"))?;
+    let result = async {
+        let ip = rt
+            .wait_ready(&name, Duration::from_secs(args.ready_timeout), |p| {
+                eprintln!("stepctl: pod {name}: {p}")
+            })
+            .await?;
+        let shim = rt.shim_via(&name, &ip).await?;
+        prepare(shim.clone()).await?;
+        run_process(&shim, &args.id, spec).await
+    }
+    .await;
+    for out in &args.outputs {
+        eprintln!("stepctl: output {name}:{out}");
+    }
+    if args.keep || !args.outputs.is_empty() {
+        eprintln!("stepctl: keeping pod {name}");
+    } else if let Err(e) = rt.delete(&name).await {
+        eprintln!("stepctl: could not delete pod {name}: {e}");
+    }
+    result
 }
 
 /// Spawns `spec` as `id` and follows it; Ctrl-C TERMs it, then KILLs it after a grace period.

@@ -115,7 +115,7 @@ func TestKitStart(t *testing.T) {
 	}
 	ok("unschedulable pod times out saying so: %v", err)
 
-	c, err := w.Shim(main.Name)
+	c, err := w.Connect(ctx, main.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

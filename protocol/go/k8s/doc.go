@@ -13,7 +13,7 @@
 //   - token.go: Key and Token, HMAC-SHA256(key, "namespace/pod") and its SHA-256 for the pod spec.
 //   - progress.go: Progress, a pod's way to ready read from its status with Kubernetes' reasons.
 //   - worker.go: Worker, the informer-backed view of one worker's pods: Create, WaitReady, Get, List,
-//     Delete, Shim.
+//     Delete, Shim, and Connect (Shim with the shim's protocol version checked once per pod).
 //   - gc.go: GC by desired set with a grace period, Retire, and Check (SelfSubjectAccessReview).
 //
 // Tests: golden_test.go checks the files in protocol/testdata, shared with the Rust controller's

@@ -38,7 +38,7 @@ func Example() {
 	if _, err := w.WaitReady(waitCtx, "build-42-test"); err != nil {
 		log.Fatal(err) // e.g. "pod build-42-test cannot start: ErrImagePull: ..."
 	}
-	c, err := w.Shim("build-42-test")
+	c, err := w.Connect(ctx, "build-42-test") // refuses a shim of another protocol version
 	if err != nil {
 		log.Fatal(err)
 	}

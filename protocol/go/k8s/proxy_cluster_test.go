@@ -52,7 +52,7 @@ func TestKitViaProxy(t *testing.T) {
 		c.Close()
 		t.Fatalf("the pod IP %s answers from here; this test would prove nothing", ip)
 	}
-	c, err := w.ShimViaProxy(spec.Name)
+	c, err := w.ConnectViaProxy(ctx, spec.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,6 +59,8 @@ type Worker struct {
 	changed chan struct{}
 	// watchErr is the informer's last list or watch error, for a clearer sync timeout.
 	watchErr error
+	// checked holds the UIDs of pods whose shim passed shim.CheckProtocol: asked once per pod.
+	checked sync.Map
 }
 
 // Clientset builds a Kubernetes client from a kubeconfig file; an empty path loads the usual way
@@ -265,6 +267,45 @@ func (w *Worker) Shim(name string) (*shim.Client, error) {
 		return nil, fmt.Errorf("k8s: pod %s has no IP yet (%s)", name, ProgressOf(pod))
 	}
 	return w.ShimAt(name, pod.Status.PodIP)
+}
+
+// Connect is Shim with the shim's protocol version checked (shim.CheckProtocol) the first time this
+// Worker connects to the pod: a shim of another protocol version is refused with a
+// *shim.IncompatibleError naming both versions and what to upgrade (docs/compatibility.md).
+func (w *Worker) Connect(ctx context.Context, name string) (*shim.Client, error) {
+	c, err := w.Shim(name)
+	if err != nil {
+		return nil, err
+	}
+	return w.checkOnce(ctx, name, c)
+}
+
+// ConnectViaProxy is ShimViaProxy with the same check as Connect.
+func (w *Worker) ConnectViaProxy(ctx context.Context, name string) (*shim.Client, error) {
+	c, err := w.ShimViaProxy(name)
+	if err != nil {
+		return nil, err
+	}
+	return w.checkOnce(ctx, name, c)
+}
+
+// checkOnce runs shim.CheckProtocol on c unless the pod (by UID, so a new pod of the same name is
+// asked again) already passed it.
+func (w *Worker) checkOnce(ctx context.Context, name string, c *shim.Client) (*shim.Client, error) {
+	var uid string
+	if pod := w.Get(name); pod != nil {
+		uid = string(pod.UID)
+	}
+	if _, done := w.checked.Load(uid); done && uid != "" {
+		return c, nil
+	}
+	if _, err := c.CheckProtocol(ctx); err != nil {
+		return nil, fmt.Errorf("k8s: pod %s: %w", name, err)
+	}
+	if uid != "" {
+		w.checked.Store(uid, struct{}{})
+	}
+	return c, nil
 }
 
 // ShimAt is a client for the shim of pod name at ip.

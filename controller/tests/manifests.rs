@@ -1,0 +1,188 @@
+//! `stepctl manifests --network-policy`: the NetworkPolicy document is compared byte for byte to
+//! `protocol/testdata/networkpolicy-<case>.yaml`, read back into Kubernetes' own `NetworkPolicy`
+//! type (k8s-openapi) and checked for what it admits; bad flags are refused before anything is
+//! printed. `STEPSHIM_UPDATE_GOLDEN=1` rewrites the files instead of failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+fn golden(case: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../protocol/testdata")
+        .join(format!("networkpolicy-{case}.yaml"))
+}
+
+/// `stepctl manifests ARGS`: exit code, stdout, stderr.
+fn manifests(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_stepctl"))
+        .env_remove("STEPCTL_NAMESPACE")
+        .env_remove("STEPCTL_WORKER")
+        .env_remove("STEPCTL_VIA")
+        .arg("manifests")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+/// The NetworkPolicy document of `stepctl manifests ARGS`, checked against its golden file.
+fn policy_of(case: &str, args: &[&str]) -> (String, NetworkPolicy) {
+    let (code, out, err) = manifests(args);
+    assert_eq!(code, 0, "stderr: {err}");
+    let docs: Vec<&str> = out.split("---\n").collect();
+    let doc = docs
+        .iter()
+        .find(|d| d.contains("kind: NetworkPolicy"))
+        .unwrap_or_else(|| panic!("no NetworkPolicy in {out}"))
+        .to_string();
+    assert_eq!(docs.len(), 4, "the RBAC objects and the policy");
+    let path = golden(case);
+    if std::env::var("STEPSHIM_UPDATE_GOLDEN").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, &doc).unwrap();
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(doc, want, "{} differs", path.display());
+    let value: serde_norway::Value = serde_norway::from_str(&doc).unwrap();
+    assert_eq!(value["apiVersion"].as_str(), Some("networking.k8s.io/v1"));
+    assert_eq!(value["kind"].as_str(), Some("NetworkPolicy"));
+    // Read into Kubernetes' own type and written again (it adds apiVersion and kind itself): the
+    // same document, so no field is misspelt or misplaced.
+    let policy: NetworkPolicy = serde_norway::from_str(&doc).unwrap();
+    let again = serde_norway::to_value(&policy).unwrap();
+    assert_eq!(again, value, "a field the Kubernetes type does not know");
+    (doc, policy)
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
+    Some(
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    )
+}
+
+#[test]
+fn the_policy_admits_the_controller_and_the_workers_pods_on_the_shim_port_only() {
+    let (_, p) = policy_of(
+        "full",
+        &[
+            "-n",
+            "steps",
+            "--worker",
+            "ci worker",
+            "--network-policy",
+            "--controller-label",
+            "app=concourse-web",
+            "--controller-label",
+            "tier=web",
+            "--controller-namespace",
+            "concourse",
+            "--controller-cidr",
+            "203.0.113.7/32",
+            "--controller-cidr",
+            "2001:db8::/64",
+        ],
+    );
+    assert_eq!(p.metadata.namespace.as_deref(), Some("steps"));
+    let spec = p.spec.unwrap();
+    // The worker's step pods, by the label podspec puts on them.
+    let workers = labels(&[(controller::podspec::WORKER_LABEL, "ci_worker")]);
+    assert_eq!(spec.pod_selector.unwrap().match_labels, workers);
+    assert_eq!(spec.policy_types.unwrap(), ["Ingress"]);
+    assert!(spec.egress.is_none());
+    let rules = spec.ingress.unwrap();
+    assert_eq!(rules.len(), 1);
+    let ports = rules[0].ports.clone().unwrap();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(
+        ports[0].port,
+        Some(IntOrString::Int(protocol::settings::PORT.into()))
+    );
+    assert_eq!(ports[0].protocol.as_deref(), Some("TCP"));
+    let from = rules[0].from.clone().unwrap();
+    assert_eq!(from.len(), 4, "{from:?}");
+    let controller = &from[0];
+    assert_eq!(
+        controller.pod_selector.clone().unwrap().match_labels,
+        labels(&[("app", "concourse-web"), ("tier", "web")])
+    );
+    assert_eq!(
+        controller.namespace_selector.clone().unwrap().match_labels,
+        labels(&[("kubernetes.io/metadata.name", "concourse")])
+    );
+    let cidrs: Vec<_> = from[1..3]
+        .iter()
+        .map(|p| p.ip_block.clone().unwrap().cidr)
+        .collect();
+    assert_eq!(cidrs, ["203.0.113.7/32", "2001:db8::/64"]);
+    // Pulls: the worker's own step pods, in the same namespace (no namespace selector).
+    assert_eq!(from[3].pod_selector.clone().unwrap().match_labels, workers);
+    assert!(from[3].namespace_selector.is_none() && from[3].ip_block.is_none());
+}
+
+#[test]
+fn by_default_the_controller_is_the_pods_with_the_documented_label() {
+    let (doc, p) = policy_of(
+        "default",
+        &["-n", "ci", "--worker", "stepctl", "--network-policy"],
+    );
+    let from = p.spec.unwrap().ingress.unwrap()[0].from.clone().unwrap();
+    assert_eq!(from.len(), 2);
+    assert_eq!(
+        from[0].pod_selector.clone().unwrap().match_labels,
+        labels(&[("app.kubernetes.io/component", "stepshim-controller")])
+    );
+    assert!(from[0].namespace_selector.is_none());
+    assert!(doc.contains("name: stepshim-worker\n"));
+    // Without the flag there is no policy.
+    let (code, out, _) = manifests(&["-n", "ci"]);
+    assert_eq!(code, 0);
+    assert!(!out.contains("NetworkPolicy"));
+}
+
+#[test]
+fn bad_peers_are_refused_before_anything_is_printed() {
+    for (flag, value, want) in [
+        (
+            "--controller-label",
+            "app",
+            "--controller-label \"app\": want KEY=VALUE",
+        ),
+        (
+            "--controller-label",
+            "=x",
+            "--controller-label \"=x\": want KEY=VALUE",
+        ),
+        (
+            "--controller-cidr",
+            "10.0.0.0",
+            "--controller-cidr \"10.0.0.0\": want an address block",
+        ),
+        (
+            "--controller-cidr",
+            "10.0.0.0/33",
+            "--controller-cidr \"10.0.0.0/33\": want an address block",
+        ),
+        (
+            "--controller-cidr",
+            "example/8",
+            "--controller-cidr \"example/8\": want an address block",
+        ),
+    ] {
+        let (code, out, err) = manifests(&["--network-policy", flag, value]);
+        assert_eq!(code, 1, "{flag} {value}");
+        assert!(out.is_empty(), "{flag} {value}: printed {out}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with(&format!("stepctl: {want}")), "{err}");
+    }
+}
