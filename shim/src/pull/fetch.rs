@@ -74,8 +74,8 @@ pub struct Fetch<'a> {
     pull: &'a Pull,
     source: &'a Source,
     s: &'a Settings,
-    /// Buffered: the extraction reads headers 512 bytes at a time.
-    conn: Option<io::BufReader<http1::Response>>,
+    /// Buffered itself: the extraction reads headers 512 bytes at a time.
+    conn: Option<http1::Response>,
     got: u64,
     total: Option<u64>,
     etag: Option<String>,
@@ -205,12 +205,12 @@ impl<'a> Fetch<'a> {
         self.etag = Some(etag);
         self.total = Some(total);
         self.pull.lock().total = Some(total);
-        self.conn = Some(io::BufReader::with_capacity(256 << 10, resp));
+        self.conn = Some(resp);
         Ok(Ok(()))
     }
 
     /// Reads stream bytes into `buf` (never past `limit` of the stream), hashing them; a failed
-    /// connection is dropped and `Ok(0)` asks the caller to go round again.
+    /// connection is dropped and `Ok(0)` asks the caller to try again.
     fn receive(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let Some(conn) = &mut self.conn else {
             self.connect()?;
@@ -280,7 +280,7 @@ impl Read for Fetch<'_> {
         if buf.is_empty() {
             return Ok(0);
         }
-        // Bounded: each round either returns, makes progress or counts a failure.
+        // Bounded: each pass either returns, makes progress or counts a failure.
         loop {
             if let Some(total) = self.total {
                 let keep_from = total - TAIL;
