@@ -1,21 +1,27 @@
 //! One request with its body in memory, whole answer wanted, over a kept-alive HTTP/1.1 connection
-//! written and read here: the head and body in one write, the answer read into one buffer. This is
-//! the path of every JSON call ([`crate::Direct`] sends streams through hyper): side by side on
-//! loopback, a spawn through hyper's client took about 45 us more than the same exchange written by
-//! hand on the same runtime (issue 13). Only what an answer of the shim needs is understood: a
-//! `Content-Length` or chunked body, none for 1xx, 204 and 304, else a body that ends with the
-//! connection. Answers are bounded ([`MAX_HEAD`], [`MAX_BODY`]).
+//! written and read here: the head and body in one write, the answer read into one buffer and
+//! decoded by the project's one answer reader ([`protocol::http1`]). This is the path of every JSON
+//! call ([`crate::Direct`] sends streams through hyper): side by side on loopback, a spawn through
+//! hyper's client took about 45 us more than the same exchange written by hand on the same runtime.
+//! Answers are bounded ([`MAX_HEAD`], [`MAX_BODY`]).
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
+use protocol::http1::{AnswerError, AnswerReader, Event, Framing, Limits};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Bytes of an answer's status line and headers.
 pub const MAX_HEAD: usize = 64 * 1024;
 /// Bytes of an answer's body (a process list of thousands is a few MiB).
 pub const MAX_BODY: usize = 64 << 20;
-/// Headers of an answer.
-const MAX_HEADERS: usize = 64;
+
+/// The reader's bounds: the default ones (64 headers, 4 KiB chunk lines, 64 trailer lines) with
+/// this client's head and body.
+const LIMITS: Limits = Limits {
+    head: MAX_HEAD,
+    body: MAX_BODY as u64,
+    ..Limits::DEFAULT
+};
 
 /// Why an exchange failed.
 #[derive(Debug, thiserror::Error)]
@@ -28,9 +34,9 @@ pub enum H1Error {
         /// Whether the answer had begun.
         answered: bool,
     },
-    /// The answer is not HTTP/1.1 as this reader understands it, or too large.
+    /// The answer is not HTTP/1.1 as the reader understands it, or too large.
     #[error("bad answer: {0}")]
-    Bad(String),
+    Bad(#[from] AnswerError),
 }
 
 /// A whole answer.
@@ -75,225 +81,85 @@ pub fn encode(
 }
 
 /// Sends `request` (from [`encode`]) on `conn` (a TCP connection, or anything that reads and
-/// writes like one) and reads the whole answer; `buf` is the connection's read buffer, empty
-/// between answers.
+/// writes like one) and reads the whole answer with [`protocol::http1::AnswerReader`]; `buf` is the
+/// connection's read buffer, empty between answers.
 pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     conn: &mut S,
     buf: &mut Vec<u8>,
     request: &[u8],
     head_only: bool,
 ) -> Result<Answer, H1Error> {
-    let io = |answered| move |source| H1Error::Io { source, answered };
-    conn.write_all(request).await.map_err(io(false))?;
+    conn.write_all(request)
+        .await
+        .map_err(|source| H1Error::Io {
+            source,
+            answered: false,
+        })?;
     buf.clear();
-    let mut r = Reader {
-        conn,
-        buf,
-        at: 0,
-        answered: false,
-    };
+    let mut reader = AnswerReader::new(LIMITS, head_only);
+    // `buf[at..]` is read but not yet used; `answered`: whether any byte of the answer came.
+    let (mut at, mut answered) = (0, false);
+    let (mut status, mut body) = (StatusCode::OK, Vec::new());
     loop {
-        let (status, framing, close) = r.head().await?;
-        if status.is_informational() {
-            continue;
-        }
-        let no_body =
-            head_only || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
-        let (body, delimited) = match framing {
-            _ if no_body => (Bytes::new(), true),
-            Framing::Length(n) => (r.exact(n).await?, true),
-            Framing::Chunked => (r.chunked().await?, true),
-            Framing::Close => (r.until_close().await?, false),
-        };
-        let leftover = r.at < r.buf.len();
-        return Ok(Answer {
-            status,
-            body,
-            reusable: delimited && !close && !leftover,
-        });
-    }
-}
-
-/// How an answer's body ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framing {
-    Length(usize),
-    Chunked,
-    Close,
-}
-
-/// Reads one answer out of a connection: `buf[at..]` is read but not yet used.
-struct Reader<'a, S> {
-    conn: &'a mut S,
-    buf: &'a mut Vec<u8>,
-    at: usize,
-    /// Whether any byte of the answer came.
-    answered: bool,
-}
-
-/// Trailer lines after a chunked body.
-const MAX_TRAILERS: usize = 64;
-
-impl<S: AsyncRead + Unpin> Reader<'_, S> {
-    /// Reads more; `false` at the end of the stream. What was used is dropped first once it is
-    /// more than a read's worth, so the buffer holds what is not yet used (a chunked body's
-    /// framing and its trailers included).
-    async fn fill(&mut self) -> Result<bool, H1Error> {
-        if self.at > 8192 {
-            self.buf.drain(..self.at);
-            self.at = 0;
-        }
-        if self.buf.len() == self.buf.capacity() {
-            self.buf.reserve(8192);
-        }
-        let answered = self.answered;
-        let n = self
-            .conn
-            .read_buf(self.buf)
-            .await
-            .map_err(|source| H1Error::Io { source, answered })?;
-        self.answered |= n > 0;
-        Ok(n > 0)
-    }
-
-    async fn fill_or_eof(&mut self) -> Result<(), H1Error> {
-        if self.fill().await? {
-            return Ok(());
-        }
-        Err(H1Error::Io {
-            source: std::io::ErrorKind::UnexpectedEof.into(),
-            answered: self.answered,
-        })
-    }
-
-    /// The next status line and headers: status, body framing, whether the server closes after.
-    async fn head(&mut self) -> Result<(StatusCode, Framing, bool), H1Error> {
-        loop {
-            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-            let mut resp = httparse::Response::new(&mut headers);
-            match resp.parse(&self.buf[self.at..]) {
-                Ok(httparse::Status::Complete(len)) => {
-                    let parsed = parse_head(&resp);
-                    self.at += len;
-                    return parsed;
+        let (used, event) = reader.read(&buf[at..], usize::MAX)?;
+        at += used;
+        match event {
+            Event::Head(head) => {
+                status = StatusCode::from_u16(head.status)
+                    .map_err(|_| AnswerError::Status(head.status))?;
+                // Room for the promised body, within reason until its bytes come.
+                if let Framing::Length(n) = head.framing {
+                    body.reserve_exact(n.min(1 << 20) as usize);
                 }
-                Ok(httparse::Status::Partial) if self.buf.len() - self.at < MAX_HEAD => {}
-                Ok(httparse::Status::Partial) => return Err(bad("head too large")),
-                Err(e) => return Err(bad(&e.to_string())),
             }
-            self.fill_or_eof().await?;
-        }
-    }
-
-    /// Exactly `n` bytes.
-    async fn exact(&mut self, n: usize) -> Result<Bytes, H1Error> {
-        if n > MAX_BODY {
-            return Err(bad("body too large"));
-        }
-        while self.buf.len() - self.at < n {
-            self.fill_or_eof().await?;
-        }
-        let body = Bytes::copy_from_slice(&self.buf[self.at..self.at + n]);
-        self.at += n;
-        Ok(body)
-    }
-
-    /// One line ending in CRLF, without it.
-    async fn line(&mut self) -> Result<Vec<u8>, H1Error> {
-        loop {
-            if let Some(end) = self.buf[self.at..].windows(2).position(|w| w == b"\r\n") {
-                let line = self.buf[self.at..self.at + end].to_vec();
-                self.at += end + 2;
-                return Ok(line);
+            Event::Body(bytes) => body.extend_from_slice(bytes),
+            Event::End { reusable } => {
+                return Ok(Answer {
+                    status,
+                    body: body.into(),
+                    reusable: reusable && at == buf.len(),
+                });
             }
-            if self.buf.len() - self.at > 4096 {
-                return Err(bad("chunk line too long"));
-            }
-            self.fill_or_eof().await?;
-        }
-    }
-
-    /// A chunked body, trailers skipped.
-    async fn chunked(&mut self) -> Result<Bytes, H1Error> {
-        let mut body = Vec::new();
-        loop {
-            let line = self.line().await?;
-            let size = std::str::from_utf8(&line)
-                .ok()
-                .and_then(|l| l.split(';').next())
-                .and_then(|hex| usize::from_str_radix(hex.trim(), 16).ok())
-                .ok_or_else(|| bad("bad chunk size"))?;
-            if size == 0 {
-                for _ in 0..=MAX_TRAILERS {
-                    if self.line().await?.is_empty() {
-                        return Ok(body.into());
-                    }
+            Event::Need => {
+                if fill(conn, buf, &mut at, &mut answered).await? {
+                    continue;
                 }
-                return Err(bad("too many trailers"));
-            }
-            if size > MAX_BODY - body.len() {
-                return Err(bad("body too large"));
-            }
-            body.extend_from_slice(&self.exact(size).await?);
-            if !self.line().await?.is_empty() {
-                return Err(bad("chunk not followed by CRLF"));
-            }
-        }
-    }
-
-    /// Everything until the connection closes.
-    async fn until_close(&mut self) -> Result<Bytes, H1Error> {
-        while self.fill().await? {
-            if self.buf.len() - self.at > MAX_BODY {
-                return Err(bad("body too large"));
+                reader.eof().map_err(|_| H1Error::Io {
+                    source: std::io::ErrorKind::UnexpectedEof.into(),
+                    answered,
+                })?;
+                return Ok(Answer {
+                    status,
+                    body: body.into(),
+                    reusable: false,
+                });
             }
         }
-        let body = Bytes::copy_from_slice(&self.buf[self.at..]);
-        self.at = self.buf.len();
-        Ok(body)
     }
 }
 
-fn bad(why: &str) -> H1Error {
-    H1Error::Bad(why.to_owned())
-}
-
-/// Status, framing and `connection: close` of a parsed head.
-fn parse_head(resp: &httparse::Response<'_, '_>) -> Result<(StatusCode, Framing, bool), H1Error> {
-    if resp.version != Some(1) {
-        return Err(bad("not HTTP/1.1"));
+/// Reads more into `buf`; `false` at the end of the stream. What was used (`buf[..at]`) is dropped
+/// first once it is more than a read's worth, so the buffer holds what is not yet used (a chunked
+/// body's framing and its trailers included).
+async fn fill<S: AsyncRead + Unpin>(
+    conn: &mut S,
+    buf: &mut Vec<u8>,
+    at: &mut usize,
+    answered: &mut bool,
+) -> Result<bool, H1Error> {
+    if *at > 8192 {
+        buf.drain(..*at);
+        *at = 0;
     }
-    let status = resp
-        .code
-        .and_then(|c| StatusCode::from_u16(c).ok())
-        .ok_or_else(|| bad("bad status"))?;
-    let (mut framing, mut close) = (Framing::Close, false);
-    for h in resp.headers.iter() {
-        let value = std::str::from_utf8(h.value).map_err(|_| bad("header value not text"))?;
-        if h.name.eq_ignore_ascii_case("content-length") && framing != Framing::Chunked {
-            let n = value
-                .trim()
-                .parse()
-                .map_err(|_| bad("bad content-length"))?;
-            if matches!(framing, Framing::Length(m) if m != n) {
-                return Err(bad("conflicting content-length"));
-            }
-            framing = Framing::Length(n);
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            // Chunked must be the last coding; anything else is read to the close.
-            let last = value.rsplit(',').next().unwrap_or("").trim();
-            framing = if last.eq_ignore_ascii_case("chunked") {
-                Framing::Chunked
-            } else {
-                Framing::Close
-            };
-        } else if h.name.eq_ignore_ascii_case("connection") {
-            close |= value
-                .split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case("close"));
-        }
+    if buf.len() == buf.capacity() {
+        buf.reserve(8192);
     }
-    Ok((status, framing, close))
+    let n = conn.read_buf(buf).await.map_err(|source| H1Error::Io {
+        source,
+        answered: *answered,
+    })?;
+    *answered |= n > 0;
+    Ok(n > 0)
 }
 
 #[cfg(test)]

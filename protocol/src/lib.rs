@@ -8,6 +8,8 @@
 //! - [`types`]: JSON request and response bodies (spawn spec, process status, exit, info).
 //! - [`artifacts`]: grants, pulls and the resumable files stream (artifacts between shims).
 //! - [`error`]: error bodies and the error codes with their HTTP statuses.
+//! - [`http1`]: the HTTP/1.1 answer reader (status, headers, then the body by length, chunks or
+//!   until the close), fed bytes by the client, the shim's pulls and the tests.
 //! - [`routes`]: route paths, query string parsing and the process id syntax.
 //! - [`query`]: query parameter names.
 //! - [`settings`]: `STEPSHIM_*` names, the port and the probe path.
@@ -18,6 +20,7 @@
 pub mod artifacts;
 pub mod error;
 pub mod frame;
+pub mod http1;
 mod object;
 pub mod query;
 pub mod routes;

@@ -2,9 +2,11 @@
 //! readers for error bodies and metrics.
 #![allow(clippy::unwrap_used)]
 
+use protocol::http1::{AnswerReader, Event, Limits};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Sends one raw HTTP/1.1 request (with `Connection: close`) and returns (status, headers, body).
+/// Sends one raw HTTP/1.1 request (with `Connection: close`) and returns (status, head, body), the
+/// answer read by the project's answer reader.
 pub async fn raw(
     addr: &str,
     method: &str,
@@ -24,17 +26,34 @@ pub async fn raw(
     let _ = s.write_all(body).await; // the shim may answer and close before reading a huge body
     let mut resp = Vec::new();
     let _ = s.read_to_end(&mut resp).await;
-    let split = resp
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("response head");
-    let head = String::from_utf8_lossy(&resp[..split]).into_owned();
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("status");
-    (status, head, resp[split + 4..].to_vec())
+    answer(&resp, method == "HEAD")
+}
+
+/// The one answer in `resp`, a connection's bytes to its close: (status, head without its blank
+/// line, body decoded from its framing). Panics if it is not one whole answer.
+fn answer(resp: &[u8], head_request: bool) -> (u16, String, Vec<u8>) {
+    let mut reader = AnswerReader::new(Limits::DEFAULT, head_request);
+    let (mut at, mut head, mut body) = (0, None, Vec::new());
+    loop {
+        let (used, event) = reader
+            .read(&resp[at..], usize::MAX)
+            .expect("an HTTP/1.1 answer");
+        at += used;
+        match event {
+            Event::Head(h) => {
+                let text = String::from_utf8_lossy(h.raw).trim_end().to_owned();
+                head = Some((h.status, text));
+            }
+            Event::Body(b) => body.extend_from_slice(b),
+            Event::End { .. } => break,
+            Event::Need => {
+                reader.eof().expect("a whole answer before the close");
+                break;
+            }
+        }
+    }
+    let (status, head) = head.expect("response head");
+    (status, head, body)
 }
 
 /// The `error.code` of a JSON error body.
@@ -52,4 +71,27 @@ pub fn metric(text: &str, series: &str) -> Option<u64> {
             .parse()
             .ok()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::answer;
+
+    #[test]
+    fn an_answer_is_read_by_its_framing() {
+        let chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n";
+        let (status, head, body) = answer(chunked, false);
+        assert_eq!((status, body.as_slice()), (200, &b"{}"[..]));
+        assert_eq!(head, "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked");
+        let to_head = b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 9\r\n\r\n";
+        assert_eq!(answer(to_head, true).0, 405);
+        let closing = b"HTTP/1.1 200 OK\r\n\r\nto the end";
+        assert_eq!(answer(closing, false).2, b"to the end");
+    }
+
+    #[test]
+    #[should_panic(expected = "a whole answer before the close")]
+    fn a_cut_answer_is_refused() {
+        answer(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nshort", false);
+    }
 }

@@ -1,5 +1,5 @@
 //! The HTTP/1.1 exchange against a scripted server on loopback: framings, reuse, interim answers,
-//! refusals of what it does not understand, and arbitrary bytes never panicking.
+//! refusals of what the reader does not understand, and arbitrary bytes never panicking.
 
 use std::time::Duration;
 
@@ -143,7 +143,7 @@ async fn what_it_does_not_understand_is_refused() {
     let huge = format!("HTTP/1.1 200 OK\r\nx: {}\r\n\r\n", "a".repeat(MAX_HEAD));
     let trailers = format!(
         "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0\r\n{}\r\n",
-        "t: x\r\n".repeat(MAX_TRAILERS + 1)
+        "t: x\r\n".repeat(LIMITS.trailers + 1)
     );
     let cases: Vec<Vec<u8>> = vec![
         b"HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n".to_vec(),

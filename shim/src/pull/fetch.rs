@@ -74,8 +74,8 @@ pub(crate) struct Fetch<'a> {
     pull: &'a Pull,
     source: &'a Source,
     s: &'a Settings,
-    /// Buffered: the extraction reads headers 512 bytes at a time.
-    conn: Option<io::BufReader<http1::Response>>,
+    /// Buffered itself: the extraction reads headers 512 bytes at a time.
+    conn: Option<http1::Response>,
     got: u64,
     total: Option<u64>,
     etag: Option<String>,
@@ -205,7 +205,7 @@ impl<'a> Fetch<'a> {
         self.etag = Some(etag);
         self.total = Some(total);
         self.pull.lock().total = Some(total);
-        self.conn = Some(io::BufReader::with_capacity(256 << 10, resp));
+        self.conn = Some(resp);
         Ok(Ok(()))
     }
 

@@ -1,21 +1,29 @@
 //! The one HTTP/1.1 request a pull makes, blocking on the pull's own thread: `GET` with a few
-//! headers, the response head parsed with `httparse` (already in the binary for the server side) and
-//! a body of `Content-Length` bytes, which is how a shim always answers `GET /v1/files` and its
-//! errors. No pool, no chunked decoding, no redirects, no async state machine: a few kilobytes of
-//! binary instead of a general client.
+//! headers, the answer read by the project's answer reader (`protocol::http1`, on `httparse`, which
+//! the server side already links) out of a buffer that also serves the extraction's small reads.
+//! No pool, no redirects, no async state machine: a few kilobytes of binary instead of a general
+//! client.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::Duration;
 
-/// Largest response head accepted.
-const MAX_HEAD: usize = 16 << 10;
+use protocol::http1::{AnswerError, AnswerReader, Event, Limits};
+
+/// The answer reader's bounds: the default ones with a head of at most 16 KiB.
+const LIMITS: Limits = Limits {
+    head: 16 << 10,
+    ..Limits::DEFAULT
+};
+
+/// Bytes read from the socket at once, and held for the extraction (which reads 512 at a time).
+const BUFFER: usize = 256 << 10;
 
 /// How long a connection may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A response: its status, the headers a pull reads, and the body still to read (as `Read`: an
-/// error, never a clean end, if the connection ends before `Content-Length` bytes).
+/// error, never a clean end, if the connection ends before a delimited body does).
 #[derive(Debug)]
 pub struct Response {
     /// HTTP status.
@@ -25,11 +33,11 @@ pub struct Response {
     /// `X-Stepshim-Stream-Length`.
     pub stream_length: Option<u64>,
     tcp: TcpStream,
-    /// Body bytes read with the head, from `early_at` on.
-    early: Vec<u8>,
-    early_at: usize,
-    /// Body bytes not yet read from the socket.
-    left: u64,
+    reader: AnswerReader,
+    /// Bytes received; `buf[at..end]` not yet used.
+    buf: Box<[u8]>,
+    at: usize,
+    end: usize,
 }
 
 /// Connects to `addr`, sends `GET target` with `headers` and reads the response head; every read
@@ -54,59 +62,39 @@ pub fn get(
     }
     head.push_str("\r\n");
     tcp.write_all(head.as_bytes())?;
-    let mut buf = vec![0u8; MAX_HEAD];
-    let mut len = 0;
+    let mut r = Response {
+        status: 0,
+        etag: None,
+        stream_length: None,
+        tcp,
+        reader: AnswerReader::new(LIMITS, false),
+        buf: vec![0; BUFFER].into_boxed_slice(),
+        at: 0,
+        end: 0,
+    };
     loop {
-        let n = tcp.read(&mut buf[len..])?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the connection closed before the response head",
-            ));
+        let (used, event) = r.next(0)?;
+        if let Event::Head(head) = event {
+            let value = |name| head.header(name).and_then(|v| std::str::from_utf8(v).ok());
+            let status = head.status;
+            let etag = value("etag").map(str::to_owned);
+            let length =
+                value(protocol::artifacts::STREAM_LENGTH_HEADER).and_then(|v| v.parse().ok());
+            (r.status, r.etag, r.stream_length) = (status, etag, length);
+            r.at += used;
+            return Ok(r);
         }
-        len += n;
-        let mut slots = [httparse::EMPTY_HEADER; 32];
-        let mut resp = httparse::Response::new(&mut slots);
-        let httparse::Status::Complete(at) = resp.parse(&buf[..len]).map_err(io::Error::other)?
-        else {
-            if len == buf.len() {
-                return Err(io::Error::other("response head too large"));
-            }
-            continue;
-        };
-        let find = |name: &str| {
-            resp.headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case(name))
-                .and_then(|h| std::str::from_utf8(h.value).ok())
-                .map(|v| v.trim().to_owned())
-        };
-        let length = find("content-length")
-            .and_then(|v| v.parse::<u64>().ok())
-            .ok_or_else(|| io::Error::other("the response has no Content-Length"))?;
-        let early = (len - at) as u64;
-        if early > length {
-            return Err(io::Error::other(
-                "the response is longer than its Content-Length",
-            ));
+        r.at += used;
+        if !r.fill()? {
+            return Err(text(AnswerError::Cut));
         }
-        let status = resp.code.unwrap_or(0);
-        let etag = find("etag");
-        let stream_length =
-            find(protocol::artifacts::STREAM_LENGTH_HEADER).and_then(|v| v.parse().ok());
-        return Ok(Response {
-            status,
-            etag,
-            stream_length,
-            tcp,
-            early_at: at,
-            early: {
-                buf.truncate(len);
-                buf
-            },
-            left: length - early,
-        });
     }
+}
+
+/// A reader's error as an I/O error, by its reason: its formatting would cost the binary more than
+/// it tells.
+fn text(e: AnswerError) -> io::Error {
+    io::Error::other(e.reason())
 }
 
 impl Response {
@@ -116,34 +104,46 @@ impl Response {
         let _ = self.take(64 << 10).read_to_end(&mut out);
         out
     }
+
+    /// The reader's next event from the bytes not yet used (body bytes: at most `max`).
+    fn next(&mut self, max: usize) -> io::Result<(usize, Event<'_>)> {
+        let input = &self.buf[self.at..self.end];
+        self.reader.read(input, max).map_err(text)
+    }
+
+    /// Reads more after the bytes not yet used (moved to the front); `false` at the stream's end.
+    fn fill(&mut self) -> io::Result<bool> {
+        self.buf.copy_within(self.at..self.end, 0);
+        (self.end, self.at) = (self.end - self.at, 0);
+        let n = self.tcp.read(&mut self.buf[self.end..])?;
+        self.end += n;
+        Ok(n > 0)
+    }
 }
 
 impl Read for Response {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.early_at < self.early.len() {
-            let n = buf.len().min(self.early.len() - self.early_at);
-            buf[..n].copy_from_slice(&self.early[self.early_at..self.early_at + n]);
-            self.early_at += n;
-            return Ok(n);
-        }
-        if self.left == 0 || buf.is_empty() {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if out.is_empty() {
             return Ok(0);
         }
-        let want = buf
-            .len()
-            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
-        let n = self.tcp.read(&mut buf[..want])?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!(
-                    "the connection closed {} bytes before the body's end",
-                    self.left
-                ),
-            ));
+        loop {
+            let (used, event) = self.next(out.len())?;
+            match event {
+                Event::Body(bytes) => {
+                    let n = bytes.len();
+                    out[..n].copy_from_slice(bytes);
+                    self.at += used;
+                    return Ok(n);
+                }
+                Event::Need => self.at += used,
+                // The end (the reader yields one head per answer).
+                _ => return Ok(0),
+            }
+            if !self.fill()? {
+                self.reader.eof().map_err(text)?;
+                return Ok(0);
+            }
         }
-        self.left -= n as u64;
-        Ok(n)
     }
 }
 
