@@ -8,8 +8,8 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // The local benchmark measures the shim, so its client runs on one thread (on this machine a
     // /healthz round trip took 110-120 µs from the multi-thread runtime, 36-54 µs from
-    // current_thread, as profiled for issue 13); the cluster
-    // benchmark drives hundreds of streams on both paths and gets every core.
+    // current_thread, as profiled); the cluster benchmark
+    // drives hundreds of streams on both paths and gets every core.
     let runtime = match &cli.command {
         // The Rust scale driver runs as stepctl does, on one thread, so its RSS is stepctl's.
         Command::Local(_) | Command::ScaleWorker(_) | Command::FloorServer => {

@@ -1,4 +1,4 @@
-//! The artifact scenario's results (`artifacts.rs`): a markdown table with the targets of issue 10
+//! The artifact scenario's results (`artifacts.rs`): a markdown table with the artifact targets
 //! judged, and the raw numbers as JSON, written as `artifacts.md` and `artifacts.json` beside (never
 //! into) the other cluster results.
 
