@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use client::ShimClient;
 use controller::podspec::{Delivery, StepSpec};
 use protocol::SpawnRequest;
@@ -52,19 +52,12 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<i32> {
             run_process(&local.client, &args.id, &spec).await
         }
         Target::Cluster(rt) => {
+            let (image, delivery) = images(&args)?;
             let name = args
                 .name
                 .clone()
                 .unwrap_or_else(|| format!("step-{}", random_suffix()));
-            let delivery = match args.delivery {
-                DeliveryArg::Init => Delivery::InitContainer {
-                    image: args.shim_image.clone(),
-                },
-                DeliveryArg::Configmap => Delivery::ConfigMap {
-                    name: args.configmap.clone(),
-                },
-            };
-            let mut step = StepSpec::new(&name, &args.image, delivery);
+            let mut step = StepSpec::new(&name, image, delivery);
             step.build = args.build.clone();
             step.step = args.step.clone();
             step.cpu = args.cpu.clone();
@@ -96,6 +89,31 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<i32> {
             result
         }
     }
+}
+
+/// The step image and the shim's delivery of a cluster run: neither has a default, since no image
+/// exists in every cluster.
+fn images(args: &RunArgs) -> Result<(&str, Delivery)> {
+    let Some(image) = args.image.as_deref() else {
+        bail!("no step image: pass --image REF or set STEPCTL_IMAGE");
+    };
+    let delivery = match args.delivery {
+        DeliveryArg::Init => {
+            let Some(shim) = &args.shim_image else {
+                bail!(
+                    "no shim image for --delivery init: pass --shim-image REF or set STEPCTL_SHIM_IMAGE \
+                     (images/build-shim-image --push REPO prints one), or use --delivery configmap"
+                );
+            };
+            Delivery::InitContainer {
+                image: shim.clone(),
+            }
+        }
+        DeliveryArg::Configmap => Delivery::ConfigMap {
+            name: args.configmap.clone(),
+        },
+    };
+    Ok((image, delivery))
 }
 
 /// Spawns `spec` as `id` and follows it; Ctrl-C TERMs it, then KILLs it after a grace period.
