@@ -92,8 +92,8 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<i32> {
 }
 
 /// The step image and the shim's delivery of a cluster run: neither has a default, since no image
-/// exists in every cluster.
-fn images(args: &RunArgs) -> Result<(&str, Delivery)> {
+/// exists in every cluster. `main` calls this before connecting, so a missing one fails at once.
+pub fn images(args: &RunArgs) -> Result<(&str, Delivery)> {
     let Some(image) = args.image.as_deref() else {
         bail!("no step image: pass --image REF or set STEPCTL_IMAGE");
     };
