@@ -143,6 +143,12 @@ evictionHard:
   imagefs.available: "512Mi"
   imagefs.inodesFree: "1%"
 evictionPressureTransitionPeriod: 30s
+# The same image content reaches the node both imported (stepshim.local/stepshim:dev) and pulled
+# from the loopback registry (by digest). Once the kubelet has pulled an image ID it records the
+# names it pulled it under, and by default (NeverVerifyPreloadedImages) pulls it again before a pod
+# may use it under any other name, which for an imported stepshim.local name always fails. No pull
+# here needs credentials, so there is nothing to verify.
+imagePullCredentialsVerificationPolicy: NeverVerify
 # Never garbage-collect images: ours are imported, not pullable, so a deleted one is gone.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
