@@ -1,25 +1,105 @@
-# common.sh: shared by images/build-* — where image archives go and how they reach containerd.
-# Sourced, not run. Images are imported into containerd's k8s.io namespace, the one the CRI
-# plugin (and so the kubelet) sees.
+# common.sh: shared by images/build-*: crane (go-containerregistry's CLI, installed into the cache on
+# first use), how a root filesystem becomes an image, and how image archives reach containerd.
+# Sourced, not run; it makes the script's scratch directory ($work) and removes it on exit.
+#
+# An image is one reproducible layer (sorted entries, mtime 0, owner root) appended to an empty OCI
+# base, then given its platform, entrypoint or cmd and PATH. crane changes an image's config only in
+# a registry (`crane mutate`), so the build happens in crane's own in-memory registry on a free
+# loopback port that lives as long as the script; the result is then saved as an archive for
+# `ctr images import` or pushed to a real registry.
 
 images_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# Archives are build outputs: keep them outside the repo.
-image_out=${STEPSHIM_IMAGE_OUT:-/var/cache/stepshim/images}
-# The socket of the containerd that tests/cluster/up runs.
-containerd_sock=${STEPSHIM_CONTAINERD_SOCK:-/run/stepshim-cluster/containerd/containerd.sock}
-
+repo_root=$(cd "$images_dir/.." && pwd)
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 
-# pack ROOTFS NAME [oci-pack options...]: writes $image_out/<name>.tar and echoes its path.
-pack() {
+# Build outputs and tools live outside the repo: /var/cache/stepshim when writable (the test
+# cluster's cache), else the user's cache directory.
+if [[ -n ${STEPSHIM_CACHE:-} ]]; then
+    cache_dir=$STEPSHIM_CACHE
+elif mkdir -p /var/cache/stepshim 2>/dev/null && [[ -w /var/cache/stepshim ]]; then
+    cache_dir=/var/cache/stepshim
+else
+    cache_dir=${XDG_CACHE_HOME:-$HOME/.cache}/stepshim
+fi
+image_out=${STEPSHIM_IMAGE_OUT:-$cache_dir/images}
+# The socket of the containerd that tests/cluster/up runs.
+containerd_sock=${STEPSHIM_CONTAINERD_SOCK:-/run/stepshim-cluster/containerd/containerd.sock}
+crane_version=v0.22.1
+crane=$cache_dir/crane-$crane_version/crane
+
+work=$(mktemp -d)
+build_registry_pid=
+images_cleanup() {
+    if [[ -n $build_registry_pid ]]; then
+        kill "$build_registry_pid" 2>/dev/null || true
+        wait "$build_registry_pid" 2>/dev/null || true
+    fi
+    rm -rf "$work"
+}
+trap images_cleanup EXIT
+
+# need_crane: installs the pinned crane with `go install` (checksums from the Go checksum database)
+# unless the cache has it.
+need_crane() {
+    [[ -x $crane ]] && return 0
+    local go
+    go=$(PATH=$PATH:/usr/local/go/bin command -v go) \
+        || die "crane $crane_version is not in $(dirname "$crane") and installing it needs Go (https://go.dev/dl/)"
+    echo "$(basename "$0"): installing crane $crane_version into $(dirname "$crane")" >&2
+    mkdir -p "$(dirname "$crane")"
+    GOBIN=$(dirname "$crane") GOFLAGS=-trimpath CGO_ENABLED=0 \
+        "$go" install "github.com/google/go-containerregistry/cmd/crane@$crane_version" >&2 \
+        || die "go install of crane $crane_version failed"
+}
+
+# start_build_registry: starts crane's in-memory registry on a free loopback port and sets
+# $build_registry to its host:port. Call it from the script itself, not in a $(...) subshell: the
+# registry must outlive each build and stop with the script.
+build_registry=
+start_build_registry() {
+    need_crane
+    "$crane" registry serve --address 127.0.0.1:0 > /dev/null 2> "$work/registry.log" &
+    build_registry_pid=$!
+    local port deadline=$((SECONDS + 20))
+    until port=$(sed -n 's/.*serving on port \([0-9]*\).*/\1/p' "$work/registry.log") && [[ -n $port ]]; do
+        kill -0 "$build_registry_pid" 2>/dev/null || die "crane registry serve failed: $(cat "$work/registry.log")"
+        (( SECONDS < deadline )) || die "crane registry serve did not start within 20s"
+        sleep 0.1
+    done
+    build_registry=127.0.0.1:$port
+}
+
+# build ROOTFS NAME [crane mutate options...]: builds ROOTFS as an image in the build registry and
+# echoes its reference there. NAME (a repository, no tag) only names it there.
+build() {
     local rootfs=$1 name=$2; shift 2
-    local out="$image_out/$(echo "$name" | tr '/:' '__').tar"
+    local layer=$work/$name.layer.tar ref
+    [[ -n $build_registry ]] || die "start_build_registry was not called"
+    mkdir -p "$(dirname "$layer")"
+    tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$rootfs" -cf "$layer" . \
+        || die "packing the layer of $name failed"
+    "$crane" append --oci-empty-base -f "$layer" -t "$build_registry/$name:layer" >/dev/null 2>"$work/crane.log" \
+        || die "crane append for $name failed: $(tail -3 "$work/crane.log")"
+    ref=$("$crane" mutate "$build_registry/$name:layer" -t "$build_registry/$name:built" \
+        --set-platform linux/amd64 --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        "$@" 2>"$work/crane.log") || die "crane mutate for $name failed: $(tail -3 "$work/crane.log")"
+    echo "$ref"
+}
+
+# save REF NAME: writes the image REF as an archive tagged NAME to $image_out and echoes its path.
+save() {
+    local ref=$1 name=$2 out
+    out="$image_out/$(echo "$name" | tr '/:' '__').tar"
     mkdir -p "$image_out"
-    python3 "$images_dir/oci-pack" "$rootfs" "$name" "$out" "$@" >&2 || die "packing $name failed"
+    # A `crane mutate` that changes nothing, for its -o: an archive whose image is named NAME.
+    "$crane" mutate "$ref" -t "$name" -o "$out.tmp" 2>"$work/crane.log" \
+        || die "saving $name failed: $(tail -3 "$work/crane.log")"
+    mv "$out.tmp" "$out"
     echo "$out"
 }
 
-# import TAR NAME: loads the archive into containerd (k8s.io namespace) and checks the tag exists.
+# import TAR NAME: loads the archive into containerd (k8s.io namespace, the one the CRI plugin and
+# so the kubelet sees) and checks the tag exists.
 import_image() {
     local tar=$1 name=$2
     [[ -S $containerd_sock ]] || die "containerd socket $containerd_sock not found (is tests/cluster/up running?)"

@@ -57,6 +57,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Manifests(a) => admin::manifests(&cli.target, a),
         command => {
+            if let Command::Run(a) = &command
+                && !cli.target.local
+            {
+                run::images(a)?;
+            }
             let target = Target::connect(&cli.target).await?;
             match command {
                 Command::Run(a) => run::run(&target, *a).await,

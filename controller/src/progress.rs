@@ -63,6 +63,35 @@ const FATAL_WAITING: &[&str] = &[
     "CrashLoopBackOff",
 ];
 
+/// The container that keeps a failed pod from starting and the image its spec names: the first
+/// (init containers before the others) waiting for a fatal reason or exited non-zero. `None` when
+/// the failure is the pod's own (evicted, deleted, its phase ended) rather than one container's.
+pub fn failing_container(pod: &Pod) -> Option<(String, String)> {
+    let status = pod.status.as_ref()?;
+    let failing = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .find(|cs| {
+            let state = cs.state.as_ref();
+            let waiting = state.and_then(|s| s.waiting.as_ref());
+            let exited = state.and_then(|s| s.terminated.as_ref());
+            waiting
+                .is_some_and(|w| FATAL_WAITING.contains(&w.reason.as_deref().unwrap_or_default()))
+                || exited.is_some_and(|t| t.exit_code != 0)
+        })?;
+    // The spec's image is what the user asked for; the status may hold a resolved name.
+    let spec = pod.spec.as_ref();
+    let image = spec
+        .into_iter()
+        .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+        .find(|c| c.name == failing.name)
+        .and_then(|c| c.image.clone())
+        .unwrap_or_else(|| failing.image.clone());
+    Some((failing.name.clone(), image))
+}
+
 /// Reads a pod's progress from its status.
 pub fn progress(pod: Option<&Pod>) -> Progress {
     let Some(pod) = pod else {

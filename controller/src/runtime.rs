@@ -14,7 +14,7 @@ use kube::{Api, Client, Config};
 use thiserror::Error;
 
 use crate::podspec::{self, SHIM_PORT, StepSpec, WORKER_LABEL};
-pub use crate::progress::{Progress, progress};
+pub use crate::progress::{Progress, failing_container, progress};
 use crate::token::Key;
 use crate::via::{self, ApiProxy, Via};
 use crate::watch::{PodWatch, WatchError};
@@ -53,12 +53,14 @@ pub enum RuntimeError {
     #[error(transparent)]
     Watch(#[from] WatchError),
     /// The pod cannot start, with Kubernetes' own reason.
-    #[error("pod {name} cannot start: {reason}: {message}")]
+    #[error("pod {name} cannot start: {reason}{}: {message}", in_container(.container))]
     PodFailed {
         /// Pod name.
         name: String,
         /// Kubernetes' reason (`ErrImagePull`, `Unschedulable`, ...).
         reason: String,
+        /// The container that cannot start and the image its spec names, when one is to blame.
+        container: Option<(String, String)>,
         /// Kubernetes' message.
         message: String,
     },
@@ -78,6 +80,14 @@ pub enum RuntimeError {
     /// A shim call failed.
     #[error(transparent)]
     Shim(#[from] ClientError),
+}
+
+/// ` (container C, image I)` for [`RuntimeError::PodFailed`], or nothing.
+fn in_container(container: &Option<(String, String)>) -> String {
+    container
+        .as_ref()
+        .map(|(c, image)| format!(" (container {c}, image {image})"))
+        .unwrap_or_default()
 }
 
 /// `ip:port` of a pod's shim, IPv6 in brackets.
@@ -211,7 +221,9 @@ impl Runtime {
                     Progress::Failed { reason, message } => Some(Err(RuntimeError::PodFailed {
                         name: name.to_owned(),
                         reason,
-                        message,
+                        container: pod.and_then(failing_container),
+                        // One line: a kubelet message may carry a runtime's multi-line error.
+                        message: message.split_whitespace().collect::<Vec<_>>().join(" "),
                     })),
                     _ => None,
                 }

@@ -1,6 +1,37 @@
-# config.sh: writes the configuration files of containerd, the CNI network and the kubelet.
+# config.sh: the loopback registry's address, and the configuration files of the registry,
+# containerd, the CNI network and the kubelet.
 # Every setting that departs from upstream defaults carries a comment saying why; the README
 # gathers them. Sourced by `up` after lib.sh.
+
+# The OCI registry `up` runs on the node's loopback (CNCF distribution, tests/cluster/build-registry):
+# where images/build-shim-image --push sends the shim image and the kubelet pulls it from. containerd
+# 1.6's CRI pulls over plain HTTP from a loopback host with no registry configuration at all (its
+# defaultScheme: "http" for localhost, 127.0.0.1 and ::1, "https" for every other host), so the
+# containerd config below does not mention it. Not 5000, which other local registries tend to take.
+REGISTRY_PORT=${STEPSHIM_REGISTRY_PORT:-5873}
+REGISTRY_ADDR=127.0.0.1:$REGISTRY_PORT
+
+# registry_ready: the registry answers the distribution API's base endpoint (GET /v2/, 200).
+registry_ready() { curl -sf --max-time 3 "http://$REGISTRY_ADDR/v2/" >/dev/null; }
+
+write_registry_config() {
+    mkdir -p "$STATE/registry/data"
+    cat > "$STATE/registry/config.yml" <<EOF
+# The OCI registry of the stepshim test cluster (written by tests/cluster/up).
+version: 0.1
+log:
+  level: warn
+  accesslog: {disabled: true}
+storage:
+  filesystem:
+    rootdirectory: $STATE/registry/data
+  # Tests may delete what they pushed; down removes the whole directory anyway.
+  delete: {enabled: true}
+http:
+  # Loopback only: plain HTTP, no authentication; crane and containerd on this host reach it.
+  addr: $REGISTRY_ADDR
+EOF
+}
 
 write_containerd_config() {
     mkdir -p "$STATE/containerd" "$RUNDIR/containerd"
@@ -112,6 +143,12 @@ evictionHard:
   imagefs.available: "512Mi"
   imagefs.inodesFree: "1%"
 evictionPressureTransitionPeriod: 30s
+# The same image content reaches the node both imported (stepshim.local/stepshim:dev) and pulled
+# from the loopback registry (by digest). Once the kubelet has pulled an image ID it records the
+# names it pulled it under, and by default (NeverVerifyPreloadedImages) pulls it again before a pod
+# may use it under any other name, which for an imported stepshim.local name always fails. No pull
+# here needs credentials, so there is nothing to verify.
+imagePullCredentialsVerificationPolicy: NeverVerify
 # Never garbage-collect images: ours are imported, not pullable, so a deleted one is gone.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99

@@ -29,7 +29,7 @@ export STEPSHIM_CONTAINERD_SOCK=$CONTAINERD_SOCK
 NODE_NAME=$(hostname | tr 'A-Z_' 'a-z-')
 
 # Daemons `up` starts, in start order; `up` checks all are alive before calling a cluster healthy.
-DAEMONS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+DAEMONS=(containerd registry etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 
 # take_lock: serializes up, down and restart-apiserver (fd 9; daemons never inherit it).
 # A script called by one that holds the lock (up runs down) sees STEPSHIM_CLUSTER_LOCKED.

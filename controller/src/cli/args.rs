@@ -124,9 +124,9 @@ pub struct CpArgs {
 /// `run`
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Image of the step.
-    #[arg(long, default_value = "stepshim.local/step:dev")]
-    pub image: String,
+    /// Image of the step (any image; the shim brings its own binary). Required for a cluster.
+    #[arg(long, env = "STEPCTL_IMAGE")]
+    pub image: Option<String>,
     /// Give the process a terminal (raw mode, resized with the window).
     #[arg(long)]
     pub tty: bool,
@@ -151,9 +151,10 @@ pub struct RunArgs {
     /// How the shim reaches the pod.
     #[arg(long, value_enum, default_value_t = DeliveryArg::Init)]
     pub delivery: DeliveryArg,
-    /// Shim image for init-container delivery.
-    #[arg(long, default_value = "stepshim.local/stepshim:dev")]
-    pub shim_image: String,
+    /// Shim image for init-container delivery, best by digest (REPO@sha256:..., as
+    /// `images/build-shim-image --push REPO` prints it). Required with `--delivery init`.
+    #[arg(long, env = "STEPCTL_SHIM_IMAGE")]
+    pub shim_image: Option<String>,
     /// ConfigMap name for configmap delivery.
     #[arg(long, default_value = "stepshim")]
     pub configmap: String,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use client::ShimClient;
 use controller::podspec::{Delivery, StepSpec};
 use controller::runtime::Runtime;
@@ -60,24 +60,42 @@ fn spawn_request(args: &RunArgs) -> Result<SpawnRequest> {
     })
 }
 
-/// The step pod `run` creates, named `name`.
-fn step_spec(args: &RunArgs, name: &str) -> StepSpec {
+/// The step image and the shim's delivery of a cluster run: neither has a default, since no image
+/// exists in every cluster. `main` calls this before connecting, so a missing one fails at once.
+pub fn images(args: &RunArgs) -> Result<(&str, Delivery)> {
+    let Some(image) = args.image.as_deref() else {
+        bail!("no step image: pass --image REF or set STEPCTL_IMAGE");
+    };
     let delivery = match args.delivery {
-        DeliveryArg::Init => Delivery::InitContainer {
-            image: args.shim_image.clone(),
-        },
+        DeliveryArg::Init => {
+            let Some(shim) = &args.shim_image else {
+                bail!(
+                    "no shim image for --delivery init: pass --shim-image REF or set STEPCTL_SHIM_IMAGE \
+                     (images/build-shim-image --push REPO prints one), or use --delivery configmap"
+                );
+            };
+            Delivery::InitContainer {
+                image: shim.clone(),
+            }
+        }
         DeliveryArg::Configmap => Delivery::ConfigMap {
             name: args.configmap.clone(),
         },
     };
-    let mut step = StepSpec::new(name, &args.image, delivery);
+    Ok((image, delivery))
+}
+
+/// The step pod `run` creates, named `name`.
+fn step_spec(args: &RunArgs, name: &str) -> Result<StepSpec> {
+    let (image, delivery) = images(args)?;
+    let mut step = StepSpec::new(name, image, delivery);
     step.build = args.build.clone();
     step.step = args.step.clone();
     step.cpu = args.cpu.clone();
     step.memory = args.memory.clone();
     step.privileged = args.privileged;
     step.image_pull_policy = args.pull_policy.clone();
-    step
+    Ok(step)
 }
 
 /// Creates the step pod, waits for it, `prepare`s its shim (inputs, output directories), runs
@@ -95,7 +113,7 @@ where
         .name
         .clone()
         .unwrap_or_else(|| format!("step-{}", random_suffix()));
-    rt.create(&step_spec(args, &name))
+    rt.create(&step_spec(args, &name)?)
         .await
         .with_context(|| format!("creating pod {name}"))?;
     let result = async {

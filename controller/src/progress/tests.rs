@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
-use super::{Progress, progress};
+use super::{Progress, failing_container, progress};
 
 fn pod(status: serde_json::Value) -> Pod {
     serde_json::from_value(json!({"metadata": {"name": "p"}, "status": status})).unwrap()
@@ -52,6 +52,33 @@ fn image_pull_errors_are_fatal_with_kubernetes_reason() {
             "{reason}"
         );
     }
+}
+
+#[test]
+fn the_failing_container_names_the_image_of_its_spec() {
+    let shim = "127.0.0.1:5873/ci/stepshim@sha256:0123";
+    let p: Pod = serde_json::from_value(json!({"metadata": {"name": "p"},
+        "spec": {"initContainers": [{"name": "stepshim-install", "image": shim}],
+            "containers": [{"name": "step", "image": "busybox"}]},
+        "status": {"phase": "Pending", "conditions": [scheduled()],
+            "initContainerStatuses": [{"name": "stepshim-install", "ready": false, "restartCount": 0,
+                "image": "resolved", "imageID": "",
+                "state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}],
+            "containerStatuses": [{"name": "step", "ready": false, "restartCount": 0,
+                "image": "busybox", "imageID": "",
+                "state": {"waiting": {"reason": "PodInitializing"}}}]}}))
+    .unwrap();
+    assert_eq!(
+        failing_container(&p),
+        Some(("stepshim-install".into(), shim.into()))
+    );
+    // Without a spec, the status's image; a pod failed as a whole names no container.
+    let p = pod(json!({"phase": "Pending", "conditions": [scheduled()],
+        "containerStatuses": [{"name": "step", "ready": false, "restartCount": 0, "image": "x:1",
+            "imageID": "", "state": {"waiting": {"reason": "InvalidImageName", "message": "bad"}}}]}));
+    assert_eq!(failing_container(&p), Some(("step".into(), "x:1".into())));
+    let p = pod(json!({"phase": "Failed", "reason": "Evicted", "message": "disk"}));
+    assert_eq!(failing_container(&p), None);
 }
 
 #[test]
