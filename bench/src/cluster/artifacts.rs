@@ -32,8 +32,8 @@ const SMALL_FILES: u64 = 10_000;
 /// Bytes of each small file (text: the step image's busybox has no `split`, so awk writes them).
 const SMALL_BYTES: u64 = 2048;
 /// Where an artifact lives in its source pod, and where copies land in the destination.
-const ART: &str = "/work/art";
-const IN: &str = "/work/in";
+const ART: &str = "/build/art";
+const IN: &str = "/build/in";
 
 /// One step pod of the scenario.
 struct Pod {

@@ -174,10 +174,10 @@ mod tests {
     #[test]
     fn pod_paths_and_local_paths() {
         assert_eq!(
-            place("step-1:/work/out/"),
+            place("step-1:/build/out/"),
             Place::Pod {
                 pod: "step-1".into(),
-                path: "/work/out/".into()
+                path: "/build/out/".into()
             }
         );
         assert_eq!(place("./a:b"), Place::Local("./a:b".into()));

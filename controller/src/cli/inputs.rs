@@ -95,10 +95,10 @@ mod tests {
 
     #[test]
     fn inputs_parse_and_bad_ones_are_refused() {
-        let i = parse("src=get-1:/work/out").unwrap();
+        let i = parse("src=get-1:/build/out").unwrap();
         assert_eq!(
             (i.name.as_str(), i.pod.as_str(), i.path.as_str()),
-            ("src", "get-1", "/work/out")
+            ("src", "get-1", "/build/out")
         );
         for bad in [
             "src",

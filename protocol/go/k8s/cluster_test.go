@@ -135,10 +135,10 @@ func TestKitStart(t *testing.T) {
 	ok("stdin: %d bytes through cat and back", len(text))
 
 	files := map[string][]byte{"a.txt": []byte("hello\n"), "bin.dat": in, "sub/x.sh": []byte("#!/bin/sh\necho x\n")}
-	if err := c.PutFiles(ctx, "/work", tarOf(t, files)); err != nil {
+	if err := c.PutFiles(ctx, "/build", tarOf(t, files)); err != nil {
 		t.Fatal(err)
 	}
-	out, _, status = run(t, ctx, c, nil, "sh", "-c", "cd /work && sha256sum a.txt bin.dat sub/x.sh && sub/x.sh")
+	out, _, status = run(t, ctx, c, nil, "sh", "-c", "cd /build && sha256sum a.txt bin.dat sub/x.sh && sub/x.sh")
 	for name, data := range files {
 		if sum := sha256.Sum256(data); !strings.Contains(out, hex.EncodeToString(sum[:])+"  "+name) {
 			t.Fatalf("files in: %s does not hash as sent; pod says %q", name, out)
@@ -149,12 +149,12 @@ func TestKitStart(t *testing.T) {
 	}
 	ok("files in: a tar of %d files (%d KiB) extracted, hashes match, modes kept", len(files), len(in)>>10)
 
-	_, _, status = run(t, ctx, c, nil, "sh", "-c", "mkdir -p /work/out && seq 1 200000 > /work/out/seq.txt && cp /work/bin.dat /work/out/")
+	_, _, status = run(t, ctx, c, nil, "sh", "-c", "mkdir -p /build/out && seq 1 200000 > /build/out/seq.txt && cp /build/bin.dat /build/out/")
 	if status != 0 {
 		t.Fatalf("preparing files out: status %d", status)
 	}
 	var tarOut bytes.Buffer
-	if err := c.GetFiles(ctx, "/work/out/", &tarOut); err != nil {
+	if err := c.GetFiles(ctx, "/build/out/", &tarOut); err != nil {
 		t.Fatal(err)
 	}
 	size := tarOut.Len()
