@@ -1,5 +1,6 @@
 //! Symlinks and hard links of an extraction (`unpack.rs`). A symlink's target is stored as given
-//! and never followed by later entries (parents are opened without symlinks). A hard link's target
+//! and never followed by later entries (parents are opened without symlinks); its own mtime is
+//! kept. A hard link's target
 //! must be a regular file already below the root (staged, else in the existing target directory),
 //! reached without symlinks, and what got linked is checked after the link.
 
@@ -33,7 +34,12 @@ impl Unpacker<'_> {
             sysfs::lchown_at(parent, name, uid, gid)
                 .map_err(|e| fail("changing the owner of", e))?;
         }
-        Ok(())
+        // Through the parent fd with `AT_SYMLINK_NOFOLLOW`: the link's own mtime, never its target's.
+        let secs = meta
+            .mtime
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        sysfs::set_mtime_at(parent, name, secs).map_err(|e| fail("setting the mtime of", e))
     }
 
     /// A hard link to a regular file already below the root (staged, else in the existing

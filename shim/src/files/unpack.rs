@@ -81,7 +81,7 @@ pub(crate) fn extract<R: Read>(
 
 /// Extracts a tar stream under `dir` (absolute; created with parents if missing; no symlink on
 /// its path). The stream must end with the end-of-archive marker: one that simply stops is
-/// refused as truncated. On any error nothing was changed in `dir`. Symlink mtimes are not kept.
+/// refused as truncated. On any error nothing was changed in `dir`.
 pub fn extract_with<R: Read>(
     reader: R,
     dir: &Path,

@@ -240,6 +240,33 @@ pub(crate) fn lchown_at(
     .map(drop)
 }
 
+/// Sets the mtime of `name` in `parent` itself (a symlink's own, not its target's), to whole
+/// `secs` since the epoch; the access time is left as it is.
+pub(crate) fn set_mtime_at(parent: BorrowedFd<'_>, name: &OsStr, secs: i64) -> io::Result<()> {
+    let name = c(name)?;
+    let omit = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: libc::UTIME_OMIT,
+    };
+    let times = [
+        omit,
+        libc::timespec {
+            tv_sec: secs,
+            tv_nsec: 0,
+        },
+    ];
+    // SAFETY: a valid fd, C string and a two-element array the kernel only reads.
+    cvt(unsafe {
+        libc::utimensat(
+            parent.as_raw_fd(),
+            name.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
+}
+
 /// The names in a directory, `.` and `..` left out. Reads through a new open of `.` in `dir`, so
 /// the caller's fd (and its offset) is untouched.
 pub(crate) fn dir_names(dir: BorrowedFd<'_>) -> io::Result<Vec<OsString>> {

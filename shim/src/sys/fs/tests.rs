@@ -189,6 +189,24 @@ fn stat_at_does_not_follow_and_lchown_at_changes_the_link_itself() {
 }
 
 #[test]
+fn set_mtime_at_changes_the_link_itself() {
+    let s = Scratch::new("mtime");
+    let d = s.dir();
+    let target = std::fs::metadata(s.0.join("outside")).unwrap().mtime();
+    set_mtime_at(d.as_fd(), os("link"), 1_000_000_000).unwrap();
+    let link = std::fs::symlink_metadata(s.0.join("dir/link")).unwrap();
+    assert_eq!(link.mtime(), 1_000_000_000);
+    assert_eq!(
+        std::fs::metadata(s.0.join("outside")).unwrap().mtime(),
+        target
+    );
+    assert_eq!(
+        errno(set_mtime_at(d.as_fd(), os("missing"), 0)),
+        libc::ENOENT
+    );
+}
+
+#[test]
 fn dir_names_lists_without_dots_and_random_u64_varies() {
     let s = Scratch::new("names");
     let d = s.dir();
