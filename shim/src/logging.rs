@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 mod behind;
 
 pub(crate) use behind::flusher;
-pub use behind::stop;
+pub use behind::{discard, hold, release, stop};
 
 /// Severity of an event; a logger at one level writes it and every more severe one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

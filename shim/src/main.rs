@@ -1,6 +1,7 @@
 //! The `stepshim` binary: answers `--version` (before any configuration is read), reads configuration
-//! (exit 64 with one line if it is bad), sets up logging and process-wide settings, binds the listener
-//! and runs the shim until a shutdown signal.
+//! (exit 64 if it is bad), sets up logging and process-wide settings, binds the listener and runs
+//! the shim until a shutdown signal. A start-up that fails writes exactly one line on stderr (the
+//! log lines of the start-up are held back until the shim serves) and exits 64, 69, 70 or 73.
 //! Every step lives in the library (its start-up steps and `run`); this file only sequences them
 //! and picks exit statuses.
 
@@ -27,6 +28,8 @@ fn main() -> ExitCode {
         Err(e) => return fail(64, &e.to_string()),
     };
     stepshim::logging::install(config.log_level);
+    // Until the shim serves, its log lines wait: a failed start writes one line and nothing else.
+    stepshim::logging::hold();
     stepshim::process_settings(&mut config);
     if let Some(parent) = config.parent_pid
         && let Err(why) = stepshim::stop_with_parent(parent)
@@ -49,8 +52,6 @@ fn main() -> ExitCode {
             .local_addr()
             .map(|a| a.to_string())
             .unwrap_or_default();
-        let auth = config.token_sha256.is_some();
-        stepshim::info!(addr, auth, "stepshim listening");
         if let Some(path) = &config.ready_file
             && let Err(e) = stepshim::announce(path, &addr)
         {
@@ -60,6 +61,9 @@ fn main() -> ExitCode {
         let Ok(shutdown) = stepshim::shutdown_signal() else {
             return fail(70, "cannot watch the shutdown signals (signalfd)");
         };
+        let auth = config.token_sha256.is_some();
+        stepshim::info!(addr, auth, "stepshim listening");
+        stepshim::logging::release();
         stepshim::run(config, listener, shutdown).await;
         ExitCode::SUCCESS
     })
@@ -86,9 +90,10 @@ fn version() -> ExitCode {
     }
 }
 
-/// One line on stderr (after any log lines still waiting) and the exit status.
+/// One line on stderr, the only one (log lines held back since start-up are dropped), and the
+/// exit status.
 fn fail(status: u8, why: &str) -> ExitCode {
-    stepshim::logging::stop();
+    stepshim::logging::discard();
     eprintln!("stepshim: {why}");
     ExitCode::from(status)
 }

@@ -9,7 +9,7 @@
 
 use std::io::Write as _;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -24,6 +24,8 @@ const KEEP: usize = 4096;
 static PENDING: Mutex<Pending> = Mutex::new(Pending { bytes: Vec::new() });
 /// Milliseconds a line may wait; 0 while no flusher runs.
 static DELAY_MS: AtomicU64 = AtomicU64::new(0);
+/// Every line waits, errors and warnings too, while the shim starts (see [`hold`]).
+static HELD: AtomicBool = AtomicBool::new(false);
 /// Wakes the flusher when a first line starts waiting.
 static WAKE: Notify = Notify::const_new();
 
@@ -79,7 +81,8 @@ fn out(bytes: &[u8]) {
 pub(crate) fn write(line: &[u8], urgent: bool) {
     let mut p = pending();
     let direct = DELAY_MS.load(Ordering::Relaxed) == 0;
-    let first = match p.push(line, urgent || direct, CAP) {
+    let held = HELD.load(Ordering::Relaxed);
+    let first = match p.push(line, !held && (urgent || direct), CAP) {
         Push::WriteNow(bytes) => {
             out(&bytes);
             false
@@ -87,7 +90,7 @@ pub(crate) fn write(line: &[u8], urgent: bool) {
         Push::Waits(first) => first,
     };
     drop(p);
-    if first {
+    if first && !held {
         WAKE.notify_one();
     }
 }
@@ -103,6 +106,24 @@ pub(crate) fn flush() {
 pub fn stop() {
     DELAY_MS.store(0, Ordering::Relaxed);
     flush();
+}
+
+/// Holds every line back until [`release`] or [`discard`]: while the shim starts, a start-up that
+/// fails writes its one line and nothing else (PROTOCOL.md section 7).
+pub fn hold() {
+    HELD.store(true, Ordering::Relaxed);
+}
+
+/// Ends [`hold`] and writes the lines held: the shim started.
+pub fn release() {
+    HELD.store(false, Ordering::Relaxed);
+    flush();
+}
+
+/// Ends [`hold`] and drops the lines held: the start-up failed, and its one line says why.
+pub fn discard() {
+    HELD.store(false, Ordering::Relaxed);
+    drop(pending().take());
 }
 
 /// Holds info and finer lines back for up to `delay` from now on and writes them when it has
