@@ -263,3 +263,37 @@ async fn connect_retries_fail_an_unreachable_source_soon() {
     assert!(!dst.exists());
     let _ = std::fs::remove_dir_all(dst.parent().unwrap());
 }
+
+/// A source is exactly `http://IP:PORT` (4.11): anything else, even a trailing `/`, is 400
+/// `bad_request` naming the field, and no pull is made.
+#[tokio::test]
+async fn a_source_other_than_http_ip_port_is_refused() {
+    let dst_shim = Shim::start();
+    let dst = scratch("pull-bad-source").join("in");
+    let port = dst_shim.addr.rsplit_once(':').unwrap().1.to_owned();
+    let bad = [
+        format!("http://127.0.0.1:{port}/"),
+        format!("http://127.0.0.1:{port}/x"),
+        format!("http://[::1]:{port}/"),
+        format!("http://localhost:{port}"),
+        format!("https://127.0.0.1:{port}"),
+        "http://127.0.0.1".to_owned(),
+        format!("http://user:pw@127.0.0.1:{port}"),
+        format!("http://127.0.0.1:{port}?x=1"),
+        format!("http://127.0.0.1:{port}#f"),
+        format!("127.0.0.1:{port}"),
+    ];
+    for source in &bad {
+        let spec = pull_spec(source, std::path::Path::new("/tmp"), "tok", &dst);
+        let err = dst_shim.client.pull("bad", &spec, None).await.unwrap_err();
+        assert_eq!(
+            err.code(),
+            Some(protocol::ErrorCode::BadRequest),
+            "{source}: {err:?}"
+        );
+        assert!(err.to_string().contains("source"), "{source}: {err}");
+    }
+    assert!(dst_shim.client.pulls().await.unwrap().is_empty());
+    assert!(!dst.exists());
+    let _ = std::fs::remove_dir_all(dst.parent().unwrap());
+}

@@ -34,14 +34,22 @@ pub(crate) struct Source {
 }
 
 impl Source {
-    /// Checks a pull spec's source: `http://ip:port` (no path, no TLS, no host name).
+    /// Checks a pull spec's source: exactly `http://ip:port` (no TLS, no host name, no user
+    /// information, and nothing after the port: not even `/`).
     pub(crate) fn parse(spec: &PullSpec) -> Result<Source, Error> {
         let bad = |why: &str| Error::BadRequest(format!("source {:?}: {why}", spec.source));
-        let rest = spec
+        let authority = spec
             .source
             .strip_prefix("http://")
-            .ok_or_else(|| bad("must start with http://"))?;
-        let authority = rest.trim_end_matches('/');
+            .ok_or_else(|| bad("must start with http:// (no TLS)"))?;
+        if authority
+            .bytes()
+            .any(|b| matches!(b, b'/' | b'?' | b'#' | b'@'))
+        {
+            return Err(bad(
+                "must be http://IP:PORT: no path (not even /), query, fragment or user information",
+            ));
+        }
         // An IP literal: no resolver in the shim (pods address each other by IP; a host name
         // would pull musl's DNS client into the binary).
         let addr: SocketAddr = authority
