@@ -121,8 +121,9 @@ pub async fn copy(
     }
 }
 
-/// Failed attempts a direct pull makes before its source ever answered, before `copy` falls back
-/// through the controller (refused at once: about 0.6 s; a silent address: 3 connect timeouts).
+/// Retries (attempts after the first: 3 attempts in all) a direct pull makes before its source
+/// ever answered, before `copy` falls back through the controller (refused at once: about 0.6 s;
+/// a silent address: 3 connect timeouts).
 const CONNECT_RETRIES: u32 = 2;
 
 /// A grant on the source and a pull by the destination, waited for; the grant is revoked after.

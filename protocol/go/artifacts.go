@@ -56,8 +56,9 @@ type PullSpec struct {
 	Token  string `json:"token"`
 	Target string `json:"target"`
 	SHA256 string `json:"sha256,omitempty"`
-	// ConnectRetries, when set, bounds the failed attempts before the source first answers
-	// (at most the shim's STEPSHIM_PULL_RETRIES, its default).
+	// ConnectRetries, when set, bounds the retries (failed attempts after the first: 2 makes at
+	// most 3 attempts) before the source first answers (at most the shim's STEPSHIM_PULL_RETRIES,
+	// its default).
 	ConnectRetries *uint32 `json:"connect_retries,omitempty"`
 }
 

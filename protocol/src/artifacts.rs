@@ -81,10 +81,10 @@ pub struct PullSpec {
     /// moved into place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
-    /// Attempts in a row that may fail before the source has answered once (at most, and by
-    /// default, the shim's `STEPSHIM_PULL_RETRIES`): a caller with another way to move the bytes
-    /// sets it low to learn soon that the source cannot be reached. Once the source has answered,
-    /// the shim's setting applies.
+    /// Retries (failed attempts in a row after the first: 2 makes at most 3 attempts) before the
+    /// source has answered once (at most, and by default, the shim's `STEPSHIM_PULL_RETRIES`): a
+    /// caller with another way to move the bytes sets it low to learn soon that the source cannot
+    /// be reached. Once the source has answered, the shim's setting applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_retries: Option<u32>,
 }

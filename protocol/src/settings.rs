@@ -83,7 +83,8 @@ settings! {
     MAX_GRANTS = "STEPSHIM_MAX_GRANTS", "--max-grants", "64";
     /// Pulls running at once.
     MAX_PULLS = "STEPSHIM_MAX_PULLS", "--max-pulls", "8";
-    /// Connection attempts in a row without progress before a pull fails.
+    /// Retries (connection attempts after the first) in a row without progress before a pull
+    /// fails.
     PULL_RETRIES = "STEPSHIM_PULL_RETRIES", "--pull-retries", "8";
 }
 

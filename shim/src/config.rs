@@ -60,7 +60,8 @@ pub(crate) struct ArtifactsSettings {
     pub(crate) max_grants: usize,
     /// Pulls running at once (`STEPSHIM_MAX_PULLS`).
     pub(crate) max_pulls: usize,
-    /// Attempts in a row without progress before a pull fails (`STEPSHIM_PULL_RETRIES`).
+    /// Retries (attempts after the first) in a row without progress before a pull fails
+    /// (`STEPSHIM_PULL_RETRIES`).
     pub(crate) pull_retries: u32,
 }
 

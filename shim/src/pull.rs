@@ -35,8 +35,8 @@ pub(crate) const MAX_REMEMBERED: usize = 256;
 pub(crate) struct Settings {
     /// Pulls running at once (`STEPSHIM_MAX_PULLS`).
     pub(crate) max: usize,
-    /// Connection attempts in a row without a byte of progress before a pull fails
-    /// (`STEPSHIM_PULL_RETRIES`).
+    /// Retries (connection attempts after the first) in a row without a byte of progress before
+    /// a pull fails (`STEPSHIM_PULL_RETRIES`).
     pub(crate) retries: u32,
     /// How long a connection may go without bytes (`STEPSHIM_FILES_IDLE_TIMEOUT`).
     pub(crate) idle: Duration,

@@ -297,3 +297,56 @@ async fn a_source_other_than_http_ip_port_is_refused() {
     assert!(!dst.exists());
     let _ = std::fs::remove_dir_all(dst.parent().unwrap());
 }
+
+/// A listener that accepts every connection and closes it at once, never answering; counts them.
+fn closing_listener() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(conn);
+        }
+    });
+    (port, count)
+}
+
+/// `connect_retries` and `STEPSHIM_PULL_RETRIES` count retries, the attempts after the first
+/// (4.11): `connect_retries: 3` makes 4 connections to a source that never answers, and without it
+/// the shim's setting of 4 makes 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_are_the_attempts_after_the_first() {
+    let dst_shim = Shim::start_with(&[("STEPSHIM_PULL_RETRIES", "4")], None);
+    for (retries, attempts, named) in [
+        (Some(3), 4, "connect_retries"),
+        (None, 5, "STEPSHIM_PULL_RETRIES"),
+    ] {
+        let (port, count) = closing_listener();
+        let dst = scratch("pull-retries").join("in");
+        let mut spec = pull_spec(
+            &format!("http://127.0.0.1:{port}"),
+            std::path::Path::new("/tmp"),
+            "tok",
+            &dst,
+        );
+        spec.connect_retries = retries;
+        let id = format!("retries-{attempts}");
+        dst_shim.client.pull(&id, &spec, None).await.unwrap();
+        let failed = dst_shim.client.pull_status(&id, Some(30)).await.unwrap();
+        assert_eq!(failed.state, PullState::Failed, "{failed:?}");
+        assert!(!failed.reached, "{failed:?}");
+        let error = failed.error.unwrap();
+        assert!(
+            error.contains(&format!("gave up after {attempts} attempts")) && error.contains(named),
+            "{error}"
+        );
+        assert_eq!(
+            count.load(std::sync::atomic::Ordering::SeqCst),
+            attempts,
+            "{retries:?}"
+        );
+        let _ = std::fs::remove_dir_all(dst.parent().unwrap());
+    }
+}

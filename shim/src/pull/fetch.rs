@@ -135,10 +135,11 @@ impl<'a> Fetch<'a> {
                 Err(retry) => retry,
             };
             self.failures += 1;
-            if self.failures > self.retries() {
+            let (retries, setting) = self.retries();
+            if self.failures > retries {
                 let n = self.failures;
                 return Err(self.fail(format!(
-                    "{why} (gave up after {n} attempts without progress, STEPSHIM_PULL_RETRIES)"
+                    "{why} (gave up after {n} attempts without progress, {setting} {retries})"
                 )));
             }
             crate::debug!(pull = %self.pull.id, got = self.got, cause = %why, "pull resumes");
@@ -147,12 +148,13 @@ impl<'a> Fetch<'a> {
         }
     }
 
-    /// Attempts in a row that may fail: the spec's `connect_retries` until the source answered.
-    fn retries(&self) -> u32 {
+    /// Retries (failed attempts in a row after the first) allowed, and the setting that says so:
+    /// the spec's `connect_retries` until the source answered, then `STEPSHIM_PULL_RETRIES`.
+    fn retries(&self) -> (u32, &'static str) {
         let limit = self.s.retries;
         match self.pull.spec.connect_retries {
-            Some(r) if !self.pull.lock().reached => r.min(limit),
-            _ => limit,
+            Some(r) if !self.pull.lock().reached && r < limit => (r, "connect_retries"),
+            _ => (limit, protocol::settings::PULL_RETRIES),
         }
     }
 
