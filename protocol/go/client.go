@@ -37,10 +37,14 @@ type Client struct {
 	// FollowIdle is how long Follow waits for a byte before it takes the connection for dead and
 	// resumes on a new one; zero means 30s, three keepalive intervals of the shim.
 	FollowIdle time.Duration
+	// MaxAnswerBytes bounds one JSON answer and the metrics; zero means DefaultMaxAnswerBytes, which
+	// holds the largest answers of a shim at its default limits. A longer answer is a *LimitError.
+	MaxAnswerBytes int64
 }
 
 // New returns a Client for the shim at baseURL (e.g. "http://10.0.0.7:7777") presenting token.
 // Its HTTP client has no overall timeout, a dial timeout and TCP keepalives; Go sets TCP_NODELAY.
+// Answer heads are bounded by MaxHeaderBytes.
 func New(baseURL, token string) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil {
@@ -55,6 +59,8 @@ func New(baseURL, token string) (*Client, error) {
 		DialContext:         dialer.DialContext,
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
+		// Go's default is 10 MiB.
+		MaxResponseHeaderBytes: MaxHeaderBytes,
 	}
 	return &Client{base: u, token: token, HTTP: &http.Client{Transport: transport}}, nil
 }
@@ -121,7 +127,7 @@ func (c *Client) request(ctx context.Context, method, path string, q url.Values,
 func (c *Client) send(req *http.Request) (*http.Response, error) {
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, headTooLarge(err)
 	}
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
@@ -130,8 +136,9 @@ func (c *Client) send(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// doJSON sends a request with an optional JSON body and decodes a JSON answer into out (if non-nil).
-// It returns the status of a 2xx answer.
+// doJSON sends a request with an optional JSON body and decodes a JSON answer of at most
+// MaxAnswerBytes into out (if non-nil). It returns the status of a 2xx answer. An answer that never
+// ends is ended by ctx, or by the limit if its bytes keep coming.
 func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, in, out any) (int, error) {
 	var body io.Reader
 	if in != nil {
@@ -153,12 +160,14 @@ func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, 
 		return 0, err
 	}
 	defer resp.Body.Close()
-	if out != nil {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return 0, fmt.Errorf("shim: decoding the answer of %s %s: %w", method, path, err)
-		}
+	if out == nil {
+		drain(resp.Body)
+		return resp.StatusCode, nil
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
+	what := "the answer of " + method + " " + path
+	if err := decodeAnswer(resp.Body, resp.ContentLength, c.maxAnswer(), what, out); err != nil {
+		return 0, err
+	}
 	return resp.StatusCode, nil
 }
 
@@ -172,10 +181,10 @@ func (c *Client) Healthz(ctx context.Context) error {
 	req.Header.Del(ProxyTokenHeader)
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return err
+		return headTooLarge(err)
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
+	drain(resp.Body)
 	if resp.StatusCode != http.StatusOK {
 		return &APIError{Status: resp.StatusCode, Message: "not healthy"}
 	}
@@ -333,7 +342,7 @@ func (c *Client) Delete(ctx context.Context, id string, force bool) error {
 	return err
 }
 
-// Metrics returns the shim's metrics in Prometheus text format.
+// Metrics returns the shim's metrics in Prometheus text format, at most MaxAnswerBytes of them.
 func (c *Client) Metrics(ctx context.Context) (string, error) {
 	req, err := c.request(ctx, http.MethodGet, "/metrics", nil, nil)
 	if err != nil {
@@ -344,7 +353,7 @@ func (c *Client) Metrics(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	b, err := readLimited(resp.Body, resp.ContentLength, c.maxAnswer(), "the metrics")
 	return string(b), err
 }
 
