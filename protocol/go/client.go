@@ -40,6 +40,9 @@ type Client struct {
 	// MaxAnswerBytes bounds one JSON answer and the metrics; zero means DefaultMaxAnswerBytes, which
 	// holds the largest answers of a shim at its default limits. A longer answer is a *LimitError.
 	MaxAnswerBytes int64
+	// AnswerTimeout bounds the time from the head of a JSON answer, the metrics or an error answer
+	// to its end; zero means DefaultAnswerTimeout. A slower answer is a *StallError.
+	AnswerTimeout time.Duration
 }
 
 // New returns a Client for the shim at baseURL (e.g. "http://10.0.0.7:7777") presenting token.
@@ -123,15 +126,19 @@ func (c *Client) request(ctx context.Context, method, path string, q url.Values,
 	return req, nil
 }
 
-// send sends req and turns a non-2xx answer into an *APIError. The caller closes the body of a 2xx.
+// send sends req and turns a non-2xx answer into an *APIError. The caller closes the body of a 2xx,
+// which ends the request's context (see guardedBody).
 func (c *Client) send(req *http.Request) (*http.Response, error) {
-	resp, err := c.HTTP.Do(req)
+	ctx, cancel := context.WithCancelCause(req.Context())
+	resp, err := c.HTTP.Do(req.WithContext(ctx))
 	if err != nil {
+		cancel(nil)
 		return nil, headTooLarge(err)
 	}
+	resp.Body = &guardedBody{ReadCloser: resp.Body, ctx: ctx, cancel: cancel}
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
-		return nil, readAPIError(resp)
+		return nil, c.readAPIError(resp)
 	}
 	return resp, nil
 }
@@ -161,11 +168,10 @@ func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, 
 	}
 	defer resp.Body.Close()
 	if out == nil {
-		drain(resp.Body)
+		c.drain(resp)
 		return resp.StatusCode, nil
 	}
-	what := "the answer of " + method + " " + path
-	if err := decodeAnswer(resp.Body, resp.ContentLength, c.maxAnswer(), what, out); err != nil {
+	if err := c.decodeJSON(resp, "the answer of "+method+" "+path, out); err != nil {
 		return 0, err
 	}
 	return resp.StatusCode, nil
@@ -173,6 +179,8 @@ func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, 
 
 // Healthz asks GET /healthz (no token): nil while the shim serves, an error (503 while it shuts down) otherwise.
 func (c *Client) Healthz(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	req, err := c.request(ctx, http.MethodGet, "/healthz", nil, nil)
 	if err != nil {
 		return err
@@ -183,8 +191,9 @@ func (c *Client) Healthz(ctx context.Context) error {
 	if err != nil {
 		return headTooLarge(err)
 	}
+	resp.Body = &guardedBody{ReadCloser: resp.Body, ctx: ctx, cancel: cancel}
 	defer resp.Body.Close()
-	drain(resp.Body)
+	c.drain(resp)
 	if resp.StatusCode != http.StatusOK {
 		return &APIError{Status: resp.StatusCode, Message: "not healthy"}
 	}
@@ -353,7 +362,7 @@ func (c *Client) Metrics(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer resp.Body.Close()
-	b, err := readLimited(resp.Body, resp.ContentLength, c.maxAnswer(), "the metrics")
+	b, err := c.readWhole(resp, "the metrics")
 	return string(b), err
 }
 

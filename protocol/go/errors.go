@@ -132,8 +132,8 @@ func retryable(err error) bool {
 
 // readAPIError turns a non-2xx response into an *APIError, reading at most MaxErrorBodyBytes of its
 // body; the caller's Close drops the rest with the connection.
-func readAPIError(resp *http.Response) error {
-	body, cut := errorBody(resp)
+func (c *Client) readAPIError(resp *http.Response) error {
+	body, cut := c.errorBody(resp)
 	var wire struct {
 		Error struct {
 			Code    string `json:"code"`

@@ -1,16 +1,20 @@
-// Limits: how much of an answer this client reads. Anything on the pod network can answer at a pod's
-// address, so every answer is read with a bound and going past it is a *LimitError, never an
-// allocation that grows with what the peer sends. Time is bounded by the caller's context.
+// Limits: how much of an answer this client reads, and for how long. Anything on the pod network can
+// answer at a pod's address, so every answer is read with a bound and going past it is a
+// *LimitError, never an allocation that grows with what the peer sends; an answer the client reads
+// whole (JSON, metrics, error bodies) must end within Client.AnswerTimeout of its head, else it is
+// a *StallError. Waiting for the head is bounded by the caller's context.
 
 package shim
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // DefaultMaxAnswerBytes bounds one JSON answer (and the metrics) unless Client.MaxAnswerBytes says
@@ -34,6 +38,76 @@ const MaxDrainBytes = 4 << 10
 // MaxHeaderBytes bounds the status line and headers of an answer (http.Transport's
 // MaxResponseHeaderBytes) for clients made by New; the shim's heads are a few hundred bytes.
 const MaxHeaderBytes = 64 << 10
+
+// DefaultAnswerTimeout is how long an answer read whole may take from its head to its end unless
+// Client.AnswerTimeout says otherwise: the shim writes such an answer at once, a few MiB at most.
+const DefaultAnswerTimeout = 30 * time.Second
+
+// ErrAnswerStalled matches (with errors.Is) a *StallError.
+var ErrAnswerStalled = errors.New("shim answer stalled")
+
+// StallError is an answer read whole that did not end within Client.AnswerTimeout of its head: the
+// peer dribbles it or stopped. Its connection is closed; the loops retry it like a broken one.
+type StallError struct {
+	// What was being read.
+	What string
+	// After is the timeout that ended it.
+	After time.Duration
+}
+
+func (e *StallError) Error() string {
+	return fmt.Sprintf("shim: %s did not end within %v of its head (Client.AnswerTimeout)", e.What, e.After)
+}
+
+// Is makes errors.Is(err, ErrAnswerStalled) true.
+func (e *StallError) Is(target error) bool { return target == ErrAnswerStalled }
+
+// guardedBody is the body of an answer sent by Client.send: its request's context ends with Close,
+// or when a read armed by deadline has not ended in time.
+type guardedBody struct {
+	io.ReadCloser
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+func (b *guardedBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel(nil)
+	return err
+}
+
+// deadline ends the request after d unless the returned stop is called first.
+func (b *guardedBody) deadline(d time.Duration, what string) (stop func() bool) {
+	return time.AfterFunc(d, func() { b.cancel(&StallError{What: what, After: d}) }).Stop
+}
+
+// stalled returns the *StallError that ended the request, if one did, else err.
+func (b *guardedBody) stalled(err error) error {
+	var se *StallError
+	if err != nil && errors.As(context.Cause(b.ctx), &se) {
+		return se
+	}
+	return err
+}
+
+// readWhole reads resp's body within c's size and time bounds.
+func (c *Client) readWhole(resp *http.Response, what string) ([]byte, error) {
+	body, ok := resp.Body.(*guardedBody)
+	if !ok {
+		return readLimited(resp.Body, resp.ContentLength, c.maxAnswer(), what)
+	}
+	defer body.deadline(c.answerTimeout(), what)()
+	b, err := readLimited(body, resp.ContentLength, c.maxAnswer(), what)
+	return b, body.stalled(err)
+}
+
+// answerTimeout is Client.AnswerTimeout or its default.
+func (c *Client) answerTimeout() time.Duration {
+	if c.AnswerTimeout > 0 {
+		return c.AnswerTimeout
+	}
+	return DefaultAnswerTimeout
+}
 
 // ErrAnswerTooLarge matches (with errors.Is) a *LimitError and an APIError whose body was cut.
 var ErrAnswerTooLarge = errors.New("shim answer over the client's limit")
@@ -97,22 +171,39 @@ func readLimited(r io.Reader, length, limit int64, what string) ([]byte, error) 
 	}
 }
 
+// decodeJSON decodes a JSON answer read by readWhole into out.
+func (c *Client) decodeJSON(resp *http.Response, what string, out any) error {
+	b, err := c.readWhole(resp, what)
+	if err != nil {
+		return err
+	}
+	return unmarshal(b, what, out)
+}
+
 // decodeAnswer reads a JSON answer of at most limit bytes from r into out.
 func decodeAnswer(r io.Reader, length, limit int64, what string, out any) error {
 	b, err := readLimited(r, length, limit, what)
 	if err != nil {
 		return err
 	}
+	return unmarshal(b, what, out)
+}
+
+func unmarshal(b []byte, what string, out any) error {
 	if err := json.Unmarshal(b, out); err != nil {
 		return fmt.Errorf("shim: decoding %s: %w", what, err)
 	}
 	return nil
 }
 
-// drain reads what is left of body, at most MaxDrainBytes, so that a short rest leaves the
-// connection reusable; the caller's Close then drops a longer one with its connection.
-func drain(body io.Reader) {
-	_, _ = io.Copy(io.Discard, io.LimitReader(body, MaxDrainBytes))
+// drain reads what is left of resp's body, at most MaxDrainBytes within the answer timeout, so that
+// a short rest leaves the connection reusable; the caller's Close then drops a longer or slower one
+// with its connection.
+func (c *Client) drain(resp *http.Response) {
+	if g, ok := resp.Body.(*guardedBody); ok {
+		defer g.deadline(c.answerTimeout(), "a drain")()
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxDrainBytes))
 }
 
 // headTooLarge turns http.Transport's refusal of a head over MaxResponseHeaderBytes, which it
@@ -124,8 +215,12 @@ func headTooLarge(err error) error {
 	return err
 }
 
-// errorBody reads the body of an error answer, at most MaxErrorBodyBytes; cut says it was longer.
-func errorBody(resp *http.Response) (body []byte, cut bool) {
+// errorBody reads the body of an error answer, at most MaxErrorBodyBytes within the answer
+// timeout; cut says it was longer.
+func (c *Client) errorBody(resp *http.Response) (body []byte, cut bool) {
+	if g, ok := resp.Body.(*guardedBody); ok {
+		defer g.deadline(c.answerTimeout(), "an error body")()
+	}
 	body, _ = io.ReadAll(io.LimitReader(resp.Body, MaxErrorBodyBytes+1))
 	if len(body) > MaxErrorBodyBytes {
 		return body[:MaxErrorBodyBytes], true

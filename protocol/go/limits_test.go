@@ -264,3 +264,40 @@ func TestSlowAnswersEndWithTheContext(t *testing.T) {
 		}
 	}
 }
+
+func TestDribbledAnswersStall(t *testing.T) {
+	// Heads at once, then a byte every 20 ms that never ends the answer: without a deadline on the
+	// context, each call still ends after AnswerTimeout.
+	dribble := map[string]hostile{
+		"json":  {head: chunked, body: chunk(" "), pause: 20 * time.Millisecond},
+		"error": {head: "HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n", body: chunk("x"), pause: 20 * time.Millisecond},
+		"drain": {head: chunked, body: chunk(" "), pause: 20 * time.Millisecond},
+	}
+	for name, h := range dribble {
+		c, _ := countingClient(t, h.start(t))
+		c.AnswerTimeout = 300 * time.Millisecond
+		start := time.Now()
+		var err error
+		switch name {
+		case "json":
+			_, err = c.Info(context.Background())
+			if !errors.Is(err, shim.ErrAnswerStalled) {
+				t.Fatalf("%s: err = %v, want a *StallError", name, err)
+			}
+		case "error":
+			_, err = c.Info(context.Background())
+			var api *shim.APIError
+			if !errors.As(err, &api) || api.Status != 503 {
+				t.Fatalf("%s: err = %v, want the 503", name, err)
+			}
+		case "drain":
+			if err = c.Delete(context.Background(), "p", false); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Fatalf("%s: took %v under an answer timeout of 300ms", name, took)
+		}
+		t.Logf("%s: %v after %v", name, err, time.Since(start))
+	}
+}

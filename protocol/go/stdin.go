@@ -40,7 +40,7 @@ func (c *Client) WriteStdin(ctx context.Context, id string, offset int64, data [
 	}
 	defer resp.Body.Close()
 	var ack StdinAck
-	if err := decodeAnswer(resp.Body, resp.ContentLength, c.maxAnswer(), "the stdin answer", &ack); err != nil {
+	if err := c.decodeJSON(resp, "the stdin answer", &ack); err != nil {
 		return nil, err
 	}
 	return &ack, nil
