@@ -138,7 +138,8 @@ impl ShimClient {
     }
 
     /// The whole `GET /v1/files` stream in memory, resumed after cuts (at most `attempts` in a
-    /// row without progress): for small trees and tests.
+    /// row without progress): for small trees and tests. A stream that goes past the length it
+    /// announced (`X-Stepshim-Stream-Length`) is [`ClientError::TooLarge`].
     pub async fn files_out_resumed(
         &self,
         path: &str,
@@ -158,6 +159,12 @@ impl ShimClient {
                 while let Some(frame) = body.frame().await {
                     if let Ok(data) = frame.map_err(ClientError::Body)?.into_data() {
                         got.extend_from_slice(&data);
+                        if got.len() as u64 > out.total {
+                            return Err(ClientError::TooLarge {
+                                what: "files stream",
+                                limit: out.total,
+                            });
+                        }
                     }
                 }
                 Ok::<u64, ClientError>(out.total)

@@ -37,6 +37,16 @@ pub enum ClientError {
     /// The connection broke while reading an answer.
     #[error("connection to the shim broke: {0}")]
     Body(#[source] crate::BoxError),
+    /// An answer went past one of this client's bounds ([`crate::h1::MAX_BODY`] for a JSON answer
+    /// or the metrics, the `X-Stepshim-Stream-Length` of a files stream): the peer is broken or
+    /// hostile, and asking again gets the same. Its connection is closed.
+    #[error("the shim's {what} is over this client's limit of {limit} bytes")]
+    TooLarge {
+        /// What was being read.
+        what: &'static str,
+        /// The bound in bytes.
+        limit: u64,
+    },
     /// An answer was not the JSON the protocol promises.
     #[error("unexpected answer from the shim: {0}")]
     Json(#[source] serde_json::Error),

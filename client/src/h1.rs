@@ -12,8 +12,13 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Bytes of an answer's status line and headers.
 pub const MAX_HEAD: usize = 64 * 1024;
-/// Bytes of an answer's body (a process list of thousands is a few MiB).
+/// Bytes of an answer's body: the largest answers of a shim at its defaults are under 3 MiB (the
+/// Go client's `DefaultMaxAnswerBytes` says how they add up); this leaves room for shims configured
+/// for many more processes. Every [`crate::Transport`] reads JSON answers within it.
 pub const MAX_BODY: usize = 64 << 20;
+/// Bytes of an error answer's body kept: the shim's are well under 1 KiB. A longer one is cut
+/// there and its connection closed.
+pub const MAX_ERROR_BODY: usize = 64 << 10;
 
 /// The reader's bounds: the default ones (64 headers, 4 KiB chunk lines, 64 trailer lines) with
 /// this client's head and body.
@@ -111,6 +116,16 @@ pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                 if let Framing::Length(n) = head.framing {
                     body.reserve_exact(n.min(1 << 20) as usize);
                 }
+            }
+            Event::Body(bytes)
+                if !status.is_success() && body.len() + bytes.len() > MAX_ERROR_BODY =>
+            {
+                body.extend_from_slice(&bytes[..MAX_ERROR_BODY - body.len()]);
+                return Ok(Answer {
+                    status,
+                    body: body.into(),
+                    reusable: false,
+                });
             }
             Event::Body(bytes) => body.extend_from_slice(bytes),
             Event::End { reusable } => {

@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
-use http_body_util::BodyExt;
 use protocol::routes::{self, percent_encode, process_path, process_sub_path};
 use protocol::{
     Info, Process, ProcessList, SignalRequest, SignalSpec, SpawnRequest, StdinAck, TtySize,
@@ -154,7 +153,7 @@ impl ShimClient {
             .transport
             .exchange(req)
             .await
-            .map_err(ClientError::Transport)?;
+            .map_err(transport_error)?;
         if status.is_success() {
             return Ok((status, body));
         }
@@ -388,15 +387,30 @@ fn unsupported(err: ClientError, method: &Method, path_q: &str) -> ClientError {
     }
 }
 
+/// The error of an answer with an error status, from at most [`h1::MAX_ERROR_BODY`] bytes of its
+/// body.
 async fn api_error(resp: http::Response<RespBody>) -> ClientError {
     let status = resp.status();
-    let body = resp
-        .into_body()
-        .collect()
+    let body = transport::read_cut(resp.into_body(), h1::MAX_ERROR_BODY)
         .await
-        .map(|b| b.to_bytes())
         .unwrap_or_default();
     api_error_of(status, &body)
+}
+
+/// A transport's error, with an answer over [`h1::MAX_BODY`] told apart as
+/// [`ClientError::TooLarge`].
+fn transport_error(e: BoxError) -> ClientError {
+    let too_large = match e.downcast_ref::<h1::H1Error>() {
+        Some(h1::H1Error::Bad(protocol::http1::AnswerError::BodyTooLarge(_))) => true,
+        _ => e.downcast_ref::<transport::BodyTooLarge>().is_some(),
+    };
+    if too_large {
+        return ClientError::TooLarge {
+            what: "answer",
+            limit: h1::MAX_BODY as u64,
+        };
+    }
+    ClientError::Transport(e)
 }
 
 /// The error an answer of `status` with `body` (the shim's JSON error, or anything) stands for.

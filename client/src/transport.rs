@@ -14,6 +14,7 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode, Uri, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Body as _;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -42,15 +43,64 @@ pub trait Transport: Send + Sync + fmt::Debug {
 
     /// Sends `req`, whose body is in memory, and returns the answer's status and whole body: the
     /// JSON calls. By default through [`Transport::send`]; errors as there, and a body that breaks
-    /// off is an error too.
+    /// off is an error too. A body over [`crate::h1::MAX_BODY`] is [`BodyTooLarge`]; an error
+    /// answer's body is cut at [`crate::h1::MAX_ERROR_BODY`].
     fn exchange(&self, req: Request<Bytes>) -> ExchangeFuture<'_> {
         Box::pin(async move {
             let resp = self.send(req.map(full_body)).await?;
             let status = resp.status();
-            let body = resp.into_body().collect().await?.to_bytes();
+            let body = if status.is_success() {
+                read_bounded(resp.into_body(), crate::h1::MAX_BODY)
+                    .await?
+                    .ok_or(BodyTooLarge(crate::h1::MAX_BODY as u64))?
+            } else {
+                read_cut(resp.into_body(), crate::h1::MAX_ERROR_BODY).await?
+            };
             Ok((status, body))
         })
     }
+}
+
+/// A body went past [`crate::h1::MAX_BODY`] (its bound in bytes): what [`Transport::exchange`]
+/// returns for it.
+#[derive(Debug, thiserror::Error)]
+#[error("answer body over {0} bytes")]
+pub struct BodyTooLarge(pub u64);
+
+/// The whole of `body` if it is at most `limit` bytes, else `None` once more has come (the rest is
+/// not read: dropping the body closes its connection).
+pub async fn read_bounded(mut body: RespBody, limit: usize) -> Result<Option<Bytes>, BoxError> {
+    // An announced length over the bound is refused before any byte is read.
+    if body.size_hint().lower() > limit as u64 {
+        return Ok(None);
+    }
+    let mut parts = Vec::new();
+    let mut len = 0;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            len += data.len();
+            if len > limit {
+                return Ok(None);
+            }
+            parts.push(data);
+        }
+    }
+    Ok(Some(protocol::frame::concat(parts)))
+}
+
+/// The first `limit` bytes of `body` (all of it if shorter); the rest is not read.
+pub async fn read_cut(mut body: RespBody, limit: usize) -> Result<Bytes, BoxError> {
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            let take = data.len().min(limit - out.len());
+            out.extend_from_slice(&data[..take]);
+            if out.len() == limit {
+                break;
+            }
+        }
+    }
+    Ok(out.into())
 }
 
 /// A request body of bytes in memory.

@@ -37,10 +37,17 @@ type Client struct {
 	// FollowIdle is how long Follow waits for a byte before it takes the connection for dead and
 	// resumes on a new one; zero means 30s, three keepalive intervals of the shim.
 	FollowIdle time.Duration
+	// MaxAnswerBytes bounds one JSON answer and the metrics; zero means DefaultMaxAnswerBytes, which
+	// holds the largest answers of a shim at its default limits. A longer answer is a *LimitError.
+	MaxAnswerBytes int64
+	// AnswerTimeout bounds the time from the head of a JSON answer, the metrics or an error answer
+	// to its end; zero means DefaultAnswerTimeout. A slower answer is a *StallError.
+	AnswerTimeout time.Duration
 }
 
 // New returns a Client for the shim at baseURL (e.g. "http://10.0.0.7:7777") presenting token.
 // Its HTTP client has no overall timeout, a dial timeout and TCP keepalives; Go sets TCP_NODELAY.
+// Answer heads are bounded by MaxHeaderBytes.
 func New(baseURL, token string) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil {
@@ -55,6 +62,8 @@ func New(baseURL, token string) (*Client, error) {
 		DialContext:         dialer.DialContext,
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
+		// Go's default is 10 MiB.
+		MaxResponseHeaderBytes: MaxHeaderBytes,
 	}
 	return &Client{base: u, token: token, HTTP: &http.Client{Transport: transport}}, nil
 }
@@ -117,21 +126,26 @@ func (c *Client) request(ctx context.Context, method, path string, q url.Values,
 	return req, nil
 }
 
-// send sends req and turns a non-2xx answer into an *APIError. The caller closes the body of a 2xx.
+// send sends req and turns a non-2xx answer into an *APIError. The caller closes the body of a 2xx,
+// which ends the request's context (see guardedBody).
 func (c *Client) send(req *http.Request) (*http.Response, error) {
-	resp, err := c.HTTP.Do(req)
+	ctx, cancel := context.WithCancelCause(req.Context())
+	resp, err := c.HTTP.Do(req.WithContext(ctx))
 	if err != nil {
-		return nil, err
+		cancel(nil)
+		return nil, headTooLarge(err)
 	}
+	resp.Body = &guardedBody{ReadCloser: resp.Body, ctx: ctx, cancel: cancel}
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
-		return nil, readAPIError(resp)
+		return nil, c.readAPIError(resp)
 	}
 	return resp, nil
 }
 
-// doJSON sends a request with an optional JSON body and decodes a JSON answer into out (if non-nil).
-// It returns the status of a 2xx answer.
+// doJSON sends a request with an optional JSON body and decodes a JSON answer of at most
+// MaxAnswerBytes into out (if non-nil). It returns the status of a 2xx answer. An answer that never
+// ends is ended by ctx, or by the limit if its bytes keep coming.
 func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, in, out any) (int, error) {
 	var body io.Reader
 	if in != nil {
@@ -153,17 +167,20 @@ func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, 
 		return 0, err
 	}
 	defer resp.Body.Close()
-	if out != nil {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return 0, fmt.Errorf("shim: decoding the answer of %s %s: %w", method, path, err)
-		}
+	if out == nil {
+		c.drain(resp)
+		return resp.StatusCode, nil
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
+	if err := c.decodeJSON(resp, "the answer of "+method+" "+path, out); err != nil {
+		return 0, err
+	}
 	return resp.StatusCode, nil
 }
 
 // Healthz asks GET /healthz (no token): nil while the shim serves, an error (503 while it shuts down) otherwise.
 func (c *Client) Healthz(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	req, err := c.request(ctx, http.MethodGet, "/healthz", nil, nil)
 	if err != nil {
 		return err
@@ -172,10 +189,11 @@ func (c *Client) Healthz(ctx context.Context) error {
 	req.Header.Del(ProxyTokenHeader)
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return err
+		return headTooLarge(err)
 	}
+	resp.Body = &guardedBody{ReadCloser: resp.Body, ctx: ctx, cancel: cancel}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
+	c.drain(resp)
 	if resp.StatusCode != http.StatusOK {
 		return &APIError{Status: resp.StatusCode, Message: "not healthy"}
 	}
@@ -333,7 +351,7 @@ func (c *Client) Delete(ctx context.Context, id string, force bool) error {
 	return err
 }
 
-// Metrics returns the shim's metrics in Prometheus text format.
+// Metrics returns the shim's metrics in Prometheus text format, at most MaxAnswerBytes of them.
 func (c *Client) Metrics(ctx context.Context) (string, error) {
 	req, err := c.request(ctx, http.MethodGet, "/metrics", nil, nil)
 	if err != nil {
@@ -344,7 +362,7 @@ func (c *Client) Metrics(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	b, err := c.readWhole(resp, "the metrics")
 	return string(b), err
 }
 

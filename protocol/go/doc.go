@@ -12,14 +12,16 @@
 //     answers the exit status once every byte of output has been written.
 //
 // Errors the shim answers are [*APIError]; use [IsNotFound], [IsConflict], [IsUnauthorized],
-// [HasCode] or errors.Is with [ErrExecutableNotFound] to tell them apart. Anything else is a transport
-// error, which the loops above retry.
+// [HasCode] or errors.Is with [ErrExecutableNotFound] to tell them apart. An answer past one of this
+// client's bounds is a [*LimitError] (errors.Is with [ErrAnswerTooLarge]) and is never retried.
+// Anything else is a transport error, which the loops above retry.
 //
 // # Layout
 //
 //   - client.go: Client, request plumbing and the one-request routes.
 //   - types.go: the JSON bodies of PROTOCOL.md section 4.
 //   - errors.go: APIError, error codes and the functions that classify errors.
+//   - limits.go: the bounds on every answer read (JSON, error bodies, drains, heads) and LimitError.
 //   - frames.go: the frame decoder of section 5.2, which tracks the resume offset.
 //   - output.go: one output request, and Follow, the resuming loop over it.
 //   - stdin.go: one stdin request, and StdinWriter, the retrying, offset-keeping writer.

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 )
 
@@ -64,6 +63,9 @@ type APIError struct {
 	Code string
 	// Message is for people and logs, never to be parsed.
 	Message string
+	// Truncated says the body went past MaxErrorBodyBytes: Message holds its start, and errors.Is
+	// with ErrAnswerTooLarge is true.
+	Truncated bool
 }
 
 func (e *APIError) Error() string {
@@ -77,9 +79,11 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("shim: %s (HTTP %d): %s", e.Code, e.Status, e.Message)
 }
 
-// Is makes errors.Is(err, ErrExecutableNotFound) true for an executable_not_found answer.
+// Is makes errors.Is(err, ErrExecutableNotFound) true for an executable_not_found answer, and
+// errors.Is(err, ErrAnswerTooLarge) for a truncated body.
 func (e *APIError) Is(target error) bool {
-	return target == ErrExecutableNotFound && e.Code == CodeExecutableNotFound
+	return target == ErrExecutableNotFound && e.Code == CodeExecutableNotFound ||
+		target == ErrAnswerTooLarge && e.Truncated
 }
 
 // HasCode reports whether err is an APIError with this code.
@@ -122,20 +126,25 @@ func retryable(err error) bool {
 		return e.Status >= 500
 	}
 	var fe *FrameError
-	return !errors.As(err, &fe)
+	var le *LimitError
+	return !errors.As(err, &fe) && !errors.As(err, &le)
 }
 
-// readAPIError turns a non-2xx response into an *APIError, reading at most 64 KiB of its body.
-func readAPIError(resp *http.Response) error {
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+// readAPIError turns a non-2xx response into an *APIError, reading at most MaxErrorBodyBytes of its
+// body; the caller's Close drops the rest with the connection.
+func (c *Client) readAPIError(resp *http.Response) error {
+	body, cut := c.errorBody(resp)
 	var wire struct {
 		Error struct {
 			Code    string `json:"code"`
 			Message string `json:"message"`
 		} `json:"error"`
 	}
-	e := &APIError{Status: resp.StatusCode}
-	if json.Unmarshal(body, &wire) == nil && wire.Error.Code != "" {
+	e := &APIError{Status: resp.StatusCode, Truncated: cut}
+	if cut {
+		e.Message = fmt.Sprintf("error body over %d bytes (MaxErrorBodyBytes), starting %q",
+			MaxErrorBodyBytes, body[:min(len(body), 256)])
+	} else if json.Unmarshal(body, &wire) == nil && wire.Error.Code != "" {
 		e.Code, e.Message = wire.Error.Code, wire.Error.Message
 	} else {
 		e.Message = string(body)

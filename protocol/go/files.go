@@ -22,7 +22,7 @@ func (c *Client) PutFiles(ctx context.Context, dir string, r io.Reader) error {
 		return err
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
+	c.drain(resp)
 	return nil
 }
 

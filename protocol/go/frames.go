@@ -19,7 +19,9 @@ const (
 	FrameExit      = 3
 )
 
-// MaxFramePayload is the largest payload a frame may carry.
+// MaxFramePayload is the largest payload a frame may carry (PROTOCOL.md 5.2; the Rust crate's
+// frame::MAX_PAYLOAD). A longer announced length is a *FrameError before any payload byte is read,
+// so one frame never holds more than this. protocol/testdata/frames.json holds it for both sides.
 const MaxFramePayload = 1 << 20
 
 const frameHeaderLen = 8
@@ -38,7 +40,12 @@ type Frame struct {
 type FrameError struct {
 	Offset int64
 	Reason string
+	// Length is the announced payload length of a frame over MaxFramePayload, else 0.
+	Length uint32
 }
+
+// Is makes errors.Is(err, ErrAnswerTooLarge) true for a frame over MaxFramePayload.
+func (e *FrameError) Is(target error) bool { return target == ErrAnswerTooLarge && e.Length > 0 }
 
 func (e *FrameError) Error() string {
 	return fmt.Sprintf("shim: bad frame at log offset %d: %s", e.Offset, e.Reason)
@@ -72,7 +79,8 @@ func (fr *FrameReader) Next() (Frame, error) {
 		typ := fr.header[0]
 		n := binary.BigEndian.Uint32(fr.header[4:8])
 		if n > MaxFramePayload {
-			return Frame{}, &FrameError{Offset: fr.offset, Reason: fmt.Sprintf("payload length %d over 1 MiB", n)}
+			return Frame{}, &FrameError{Offset: fr.offset, Length: n,
+				Reason: fmt.Sprintf("payload length %d over the maximum of %d", n, MaxFramePayload)}
 		}
 		if typ == FrameKeepalive {
 			if n != 0 {

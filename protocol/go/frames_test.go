@@ -5,9 +5,13 @@ package shim
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 	"testing/iotest"
 )
@@ -99,4 +103,145 @@ func TestFrameReaderRefusesOversize(t *testing.T) {
 	if !errors.As(err, &fe) || retryable(err) {
 		t.Fatalf("err = %v, want a FrameError that is not retried", err)
 	}
+}
+
+// goldenFrames is protocol/testdata/frames.json, which the Rust client's tests read too.
+type goldenFrames struct {
+	HeaderLen  int `json:"header_len"`
+	MaxPayload int `json:"max_payload"`
+	Cases      []struct {
+		Name   string    `json:"name"`
+		Start  int64     `json:"start"`
+		Input  []segment `json:"input"`
+		Frames []struct {
+			Type    byte    `json:"type"`
+			Offset  int64   `json:"offset"`
+			Payload segment `json:"payload"`
+		} `json:"frames"`
+		End    string `json:"end"`
+		Offset int64  `json:"offset"`
+	} `json:"cases"`
+}
+
+// segment is bytes given as hex, or as one byte repeated.
+type segment struct {
+	Hex  *string `json:"hex"`
+	Fill byte    `json:"fill"`
+	Len  int     `json:"len"`
+}
+
+func (s segment) bytes(t testing.TB) []byte {
+	if s.Hex != nil {
+		b, err := hex.DecodeString(*s.Hex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	return bytes.Repeat([]byte{s.Fill}, s.Len)
+}
+
+func loadGoldenFrames(t testing.TB) goldenFrames {
+	raw, err := os.ReadFile(filepath.Join("..", "testdata", "frames.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g goldenFrames
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func (g goldenFrames) input(t testing.TB, i int) []byte {
+	var in []byte
+	for _, s := range g.Cases[i].Input {
+		in = append(in, s.bytes(t)...)
+	}
+	return in
+}
+
+// TestGoldenFrames decodes the shared vectors: the same maximum and the same verdicts as the Rust
+// decoder, split into reads of any size.
+func TestGoldenFrames(t *testing.T) {
+	g := loadGoldenFrames(t)
+	if g.MaxPayload != MaxFramePayload || g.HeaderLen != frameHeaderLen {
+		t.Fatalf("frames.json: max payload %d header %d; this package: %d and %d",
+			g.MaxPayload, g.HeaderLen, MaxFramePayload, frameHeaderLen)
+	}
+	for i, c := range g.Cases {
+		in := g.input(t, i)
+		for _, split := range []string{"whole", "one byte"} {
+			var r io.Reader = bytes.NewReader(in)
+			if split == "one byte" {
+				r = iotest.OneByteReader(r)
+			}
+			fr := NewFrameReader(r, c.Start)
+			var n int
+			var err error
+			for {
+				var f Frame
+				if f, err = fr.Next(); err != nil {
+					break
+				}
+				if n >= len(c.Frames) {
+					t.Fatalf("%s (%s): frame %d beyond the %d expected", c.Name, split, n, len(c.Frames))
+				}
+				w := c.Frames[n]
+				if f.Type != w.Type || f.Offset != w.Offset || !bytes.Equal(f.Payload, w.Payload.bytes(t)) {
+					t.Fatalf("%s (%s): frame %d is type %d at %d with %d bytes, want type %d at %d",
+						c.Name, split, n, f.Type, f.Offset, len(f.Payload), w.Type, w.Offset)
+				}
+				n++
+			}
+			var fe *FrameError
+			var end string
+			switch {
+			case errors.Is(err, io.EOF):
+				end = "eof"
+			case errors.Is(err, io.ErrUnexpectedEOF):
+				end = "truncated"
+			case errors.As(err, &fe) && errors.Is(err, ErrAnswerTooLarge):
+				end = "too_long"
+			default:
+				t.Fatalf("%s (%s): unexpected error %v", c.Name, split, err)
+			}
+			if n != len(c.Frames) || end != c.End || fr.Offset() != c.Offset {
+				t.Fatalf("%s (%s): %d frames, end %s at %d; want %d, %s at %d",
+					c.Name, split, n, end, fr.Offset(), len(c.Frames), c.End, c.Offset)
+			}
+		}
+	}
+}
+
+// FuzzFrames feeds arbitrary streams to the decoder: it never panics, never returns a payload over
+// MaxFramePayload, and keeps offsets at frame boundaries, counting log frames only.
+func FuzzFrames(f *testing.F) {
+	g := loadGoldenFrames(f)
+	for i := range g.Cases {
+		if in := g.input(f, i); len(in) < 4096 {
+			f.Add(in, uint16(g.Cases[i].Start))
+		}
+	}
+	f.Fuzz(func(t *testing.T, in []byte, start uint16) {
+		fr := NewFrameReader(bytes.NewReader(in), int64(start))
+		next := int64(start)
+		for {
+			f, err := fr.Next()
+			if err != nil {
+				var fe *FrameError
+				if err != io.EOF && err != io.ErrUnexpectedEOF && !errors.As(err, &fe) {
+					t.Fatalf("unexpected error %v", err)
+				}
+				return
+			}
+			if len(f.Payload) > MaxFramePayload || f.Offset < next || f.Type == FrameKeepalive {
+				t.Fatalf("frame type %d at %d with %d bytes after offset %d", f.Type, f.Offset, len(f.Payload), next)
+			}
+			next = f.Offset + frameHeaderLen + int64(len(f.Payload))
+			if fr.Offset() != next {
+				t.Fatalf("offset %d, want %d", fr.Offset(), next)
+			}
+		}
+	})
 }

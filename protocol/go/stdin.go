@@ -6,7 +6,6 @@ package shim
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -41,8 +40,8 @@ func (c *Client) WriteStdin(ctx context.Context, id string, offset int64, data [
 	}
 	defer resp.Body.Close()
 	var ack StdinAck
-	if err := json.NewDecoder(resp.Body).Decode(&ack); err != nil {
-		return nil, fmt.Errorf("shim: decoding the stdin answer: %w", err)
+	if err := c.decodeJSON(resp, "the stdin answer", &ack); err != nil {
+		return nil, err
 	}
 	return &ack, nil
 }
