@@ -155,7 +155,7 @@ async fn a_download_taken_at_a_trickle_is_cut_and_frees_its_slot() {
     assert!(freed < Duration::from_secs(10), "freed after {freed:?}");
     let log = shim.log.lock().unwrap().clone();
     assert!(
-        log.contains("files out cut off") && log.contains("STEPSHIM_FILES_MIN_RATE_BYTES"),
+        log.contains("file transfer cut off") && log.contains("STEPSHIM_FILES_MIN_RATE_BYTES"),
         "the cut is logged: {log}"
     );
     // The trickled client, read out at last, gets less than the stream: cut off, not ended.
@@ -211,5 +211,55 @@ async fn a_download_at_a_normal_speed_is_never_cut() {
         "not slow enough to span intervals"
     );
     assert!(!shim.log.lock().unwrap().contains("cut off"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_sent_at_a_trickle_is_refused_and_leaves_nothing() {
+    let shim = paced_shim();
+    let dir = scratch("trickle-up");
+    let mut h = tar::Header::new_gnu();
+    h.set_path("big").unwrap();
+    h.set_size(1 << 20);
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_mode(0o644);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h.set_cksum();
+    let mut s = TcpStream::connect(&shim.addr).unwrap();
+    let head = format!(
+        "PUT /v1/files?path={}/in HTTP/1.1\r\nHost: shim\r\nAuthorization: Bearer {}\r\n\
+         Content-Length: {}\r\n\r\n",
+        dir.display(),
+        shim.token,
+        2 << 20
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(h.as_bytes()).unwrap();
+    let t = Instant::now();
+    // One byte every 20 ms: never idle, far below the minimum; the answer ends the trickle.
+    s.set_nonblocking(true).unwrap();
+    let mut resp = Vec::new();
+    let mut buf = [0u8; 4096];
+    while t.elapsed() < Duration::from_secs(15) {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => resp.extend_from_slice(&buf[..n]),
+            Err(_) => {
+                let _ = s.write(&[1]);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    let resp = String::from_utf8_lossy(&resp).into_owned();
+    assert!(
+        resp.starts_with("HTTP/1.1 400"),
+        "after {:?}: {resp}",
+        t.elapsed()
+    );
+    assert!(resp.contains("STEPSHIM_FILES_MIN_RATE_BYTES"), "{resp}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert!(!dir.join("in/big").exists(), "nothing left");
     let _ = std::fs::remove_dir_all(&dir);
 }

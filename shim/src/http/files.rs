@@ -268,13 +268,15 @@ impl Read for BodyReader {
             if self.failed.is_some() {
                 return Ok(0);
             }
-            let frame = self.handle.block_on(self.pace.wait(self.body.frame()));
-            let cut = match frame {
+            let (body, pace) = (&mut self.body, &mut self.pace);
+            let mut frame = None;
+            let waited = {
+                let fut = std::pin::pin!(async { frame = Some(body.frame().await) });
+                self.handle.block_on(pace.wait(fut))
+            };
+            let cut = match waited.map(|()| frame.flatten()) {
                 Ok(Some(Ok(f))) => match f.into_data() {
-                    Ok(data) => self
-                        .pace
-                        .moved(data.len() as u64)
-                        .map(|()| self.current = data),
+                    Ok(data) => pace.moved(data.len() as u64).map(|()| self.current = data),
                     Err(_) => Ok(()),
                 },
                 Ok(None) => return Ok(0),
@@ -285,7 +287,6 @@ impl Read for BodyReader {
                 Err(cut) => Err(cut),
             };
             if let Err(cut) = cut {
-                crate::warn!(cause = cut.reason(), "files in cut off");
                 self.failed = Some(format!("{}; upload abandoned", cut.reason()));
             }
         }
@@ -314,19 +315,19 @@ impl ChannelWriter {
         }
         let n = self.buf.len() as u64;
         let chunk = pool::bytes(std::mem::take(&mut self.buf));
-        let sent = self
-            .handle
-            .block_on(self.pace.wait(self.tx.send(Ok(chunk))));
-        match sent.and_then(|s| self.pace.moved(n).map(|()| s)) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) => Err(io::Error::new(
+        let (tx, pace) = (&self.tx, &mut self.pace);
+        let mut sent = false;
+        let waited = {
+            let fut = std::pin::pin!(async { sent = tx.send(Ok(chunk)).await.is_ok() });
+            self.handle.block_on(pace.wait(fut))
+        };
+        match waited.and_then(|()| pace.moved(n)) {
+            Ok(()) if sent => Ok(()),
+            Ok(()) => Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
                 "client went away",
             )),
-            Err(cut) => {
-                crate::warn!(cause = cut.reason(), "files out cut off");
-                Err(io::Error::new(io::ErrorKind::TimedOut, cut.reason()))
-            }
+            Err(cut) => Err(io::Error::new(io::ErrorKind::TimedOut, cut.reason())),
         }
     }
 }

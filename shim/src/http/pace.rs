@@ -8,6 +8,7 @@
 //! peer's fault and never counts against it.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -57,12 +58,15 @@ impl Pace {
         }
     }
 
-    /// Waits on the peer for `fut`: cut when this one wait reaches the idle timeout, or when the
-    /// current interval fills up with less than the minimum. What it moved is told to [`moved`].
+    /// Waits on the peer for `fut` (which keeps its own result: one copy of this for both
+    /// directions): cut when this one wait reaches the idle timeout, or when the current interval
+    /// fills up with less than the minimum. What it moved is told to [`moved`].
     ///
     /// [`moved`]: Pace::moved
-    pub(crate) async fn wait<T>(&mut self, fut: impl Future<Output = T>) -> Result<T, Cut> {
-        tokio::pin!(fut);
+    pub(crate) async fn wait(
+        &mut self,
+        mut fut: Pin<&mut dyn Future<Output = ()>>,
+    ) -> Result<(), Cut> {
         let idle_at = Instant::now() + self.idle;
         loop {
             let start = Instant::now();
@@ -73,8 +77,8 @@ impl Pace {
             let done = tokio::time::timeout_at(until, fut.as_mut()).await;
             self.waited += start.elapsed();
             match done {
-                Ok(v) => return Ok(v),
-                Err(_) if until == idle_at => return Err(Cut::Idle),
+                Ok(()) => return Ok(()),
+                Err(_) if until == idle_at => return Err(cut(Cut::Idle)),
                 Err(_) => self.judge()?,
             }
         }
@@ -92,12 +96,18 @@ impl Pace {
             return Ok(());
         }
         if self.moved < self.min {
-            return Err(Cut::Slow);
+            return Err(cut(Cut::Slow));
         }
         self.waited = Duration::ZERO;
         self.moved = 0;
         Ok(())
     }
+}
+
+/// Logs a cut, once for both directions.
+fn cut(c: Cut) -> Cut {
+    crate::warn!(cause = c.reason(), "file transfer cut off");
+    c
 }
 
 #[cfg(test)]
@@ -120,7 +130,7 @@ mod tests {
         let t = Instant::now();
         let mut cut = None;
         for _ in 0..100 {
-            let slow = tokio::time::sleep(Duration::from_secs(1));
+            let slow = std::pin::pin!(tokio::time::sleep(Duration::from_secs(1)));
             if let Err(c) = p.wait(slow).await.and_then(|()| p.moved(1)) {
                 cut = Some(c);
                 break;
@@ -135,7 +145,7 @@ mod tests {
         let mut p = pace(1000);
         for _ in 0..100 {
             // 500 bytes per second of waiting, far above the minimum.
-            p.wait(tokio::time::sleep(Duration::from_secs(1)))
+            p.wait(std::pin::pin!(tokio::time::sleep(Duration::from_secs(1))))
                 .await
                 .unwrap();
             p.moved(500).unwrap();
@@ -144,7 +154,9 @@ mod tests {
         let mut p = pace(1000);
         for _ in 0..10 {
             tokio::time::sleep(Duration::from_secs(100)).await;
-            p.wait(std::future::ready(())).await.unwrap();
+            p.wait(std::pin::pin!(std::future::ready(())))
+                .await
+                .unwrap();
             p.moved(1).unwrap();
         }
     }
@@ -152,11 +164,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_long_wait_is_idle_and_zero_disables_the_rate() {
         let mut p = pace(0);
-        let never = std::future::pending::<()>();
+        let never = std::pin::pin!(std::future::pending::<()>());
         assert_eq!(p.wait(never).await, Err(Cut::Idle));
         let mut p = pace(0);
         for _ in 0..100 {
-            p.wait(tokio::time::sleep(Duration::from_secs(59)))
+            p.wait(std::pin::pin!(tokio::time::sleep(Duration::from_secs(59))))
                 .await
                 .unwrap();
             p.moved(0).unwrap();
