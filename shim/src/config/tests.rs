@@ -57,7 +57,7 @@ fn defaults_need_a_token() {
         direct_min: 8 << 20,
         max_concurrent: 8,
         idle_timeout: Duration::from_secs(60),
-        grant_max_concurrent: 2,
+        grant_max_concurrent: 4,
         min_rate_bytes: 64 << 10,
         min_rate_interval: Duration::from_secs(30),
     };
