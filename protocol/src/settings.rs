@@ -79,6 +79,13 @@ settings! {
     FILES_MAX_CONCURRENT = "STEPSHIM_FILES_MAX_CONCURRENT", "--files-max-concurrent", "8";
     /// Seconds a file transfer's body may stand still.
     FILES_IDLE_TIMEOUT = "STEPSHIM_FILES_IDLE_TIMEOUT", "--files-idle-timeout", "60";
+    /// File transfers by grant tokens running at once, all grants together: a pool apart from the
+    /// pod token's, so grant holders never take the pod's own slots.
+    FILES_GRANT_MAX_CONCURRENT = "STEPSHIM_FILES_GRANT_MAX_CONCURRENT", "--files-grant-max-concurrent", "4";
+    /// Bytes a file transfer must move per interval of waiting on its peer (0: no minimum).
+    FILES_MIN_RATE_BYTES = "STEPSHIM_FILES_MIN_RATE_BYTES", "--files-min-rate-bytes", "65536";
+    /// Seconds of waiting on its peer over which a file transfer's bytes are judged.
+    FILES_MIN_RATE_INTERVAL = "STEPSHIM_FILES_MIN_RATE_INTERVAL", "--files-min-rate-interval", "30";
     /// Live read grants at once.
     MAX_GRANTS = "STEPSHIM_MAX_GRANTS", "--max-grants", "64";
     /// Pulls running at once.

@@ -78,6 +78,13 @@ pub(crate) struct FilesSettings {
     pub(crate) max_concurrent: usize,
     /// How long a transfer may go without its body moving before it is abandoned.
     pub(crate) idle_timeout: Duration,
+    /// Transfers by grant tokens running at once, all grants together, in a pool apart from
+    /// `max_concurrent`: a grant holder can fill its own pool, never the pod token's.
+    pub(crate) grant_max_concurrent: usize,
+    /// Bytes a transfer must move per `min_rate_interval` spent waiting on its peer (0: none).
+    pub(crate) min_rate_bytes: u64,
+    /// The interval of waiting over which `min_rate_bytes` is judged.
+    pub(crate) min_rate_interval: Duration,
 }
 
 impl FilesSettings {
@@ -162,6 +169,9 @@ impl Config {
                 direct_min: v.ranged(S::FILES_DIRECT_MIN_BYTES, 0, i64::MAX)? as u64,
                 max_concurrent: v.ranged(S::FILES_MAX_CONCURRENT, 1, 1 << 20)? as usize,
                 idle_timeout: v.secs(S::FILES_IDLE_TIMEOUT, tiny)?,
+                grant_max_concurrent: v.ranged(S::FILES_GRANT_MAX_CONCURRENT, 1, 1 << 20)? as usize,
+                min_rate_bytes: v.ranged(S::FILES_MIN_RATE_BYTES, 0, i64::MAX)? as u64,
+                min_rate_interval: v.secs(S::FILES_MIN_RATE_INTERVAL, tiny)?,
             },
             artifacts: ArtifactsSettings {
                 max_grants: v.ranged(S::MAX_GRANTS, 1, 1 << 16)? as usize,

@@ -57,6 +57,9 @@ fn defaults_need_a_token() {
         direct_min: 8 << 20,
         max_concurrent: 8,
         idle_timeout: Duration::from_secs(60),
+        grant_max_concurrent: 4,
+        min_rate_bytes: 64 << 10,
+        min_rate_interval: Duration::from_secs(30),
     };
     assert_eq!(c.files, files);
     let artifacts = ArtifactsSettings {
@@ -77,6 +80,9 @@ fn files_caps_are_read_and_zero_is_refused() {
             ("STEPSHIM_FILES_MAX_HEADER_BYTES", "512"),
             ("STEPSHIM_FILES_IDLE_TIMEOUT", "0.5"),
             ("STEPSHIM_FILES_DIRECT_MIN_BYTES", "0"),
+            ("STEPSHIM_FILES_GRANT_MAX_CONCURRENT", "1"),
+            ("STEPSHIM_FILES_MIN_RATE_BYTES", "0"),
+            ("STEPSHIM_FILES_MIN_RATE_INTERVAL", "2.5"),
         ]),
         vec!["--files-max-concurrent=3".into()],
     )
@@ -89,12 +95,18 @@ fn files_caps_are_read_and_zero_is_refused() {
             direct_min: 0,
             max_concurrent: 3,
             idle_timeout: Duration::from_millis(500),
+            grant_max_concurrent: 1,
+            min_rate_bytes: 0,
+            min_rate_interval: Duration::from_millis(2500),
         }
     );
     for bad in [
         ("STEPSHIM_FILES_MAX_BYTES", "0"),
         ("STEPSHIM_FILES_MAX_CONCURRENT", "-1"),
         ("STEPSHIM_FILES_IDLE_TIMEOUT", "0"),
+        ("STEPSHIM_FILES_GRANT_MAX_CONCURRENT", "0"),
+        ("STEPSHIM_FILES_MIN_RATE_BYTES", "-1"),
+        ("STEPSHIM_FILES_MIN_RATE_INTERVAL", "0"),
     ] {
         assert!(Config::from_sources(env(&[base[0], bad]), vec![]).is_err());
     }

@@ -8,6 +8,7 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use protocol::artifacts::{GrantList, GrantRequest, PullSpec};
 use protocol::routes::Route;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::App;
 use super::body::{Body, Query, empty, json, read_json};
@@ -35,25 +36,27 @@ pub(crate) fn grant_of(
     Err(Error::Unauthorized)
 }
 
-/// A grant token may only `GET /v1/files` with a path under its grant (one use counted); a refusal
-/// is counted for `/metrics`.
+/// A grant token may only `GET /v1/files` with a path under its grant (one use counted), in a slot
+/// of the grants' transfer pool, which this takes; a refusal is counted for `/metrics`. A full pool
+/// answers 503 before a use is counted, so a pull that retries it keeps its uses.
 pub(crate) fn check_granted(
     app: &App,
     granted: &Granted,
     route: &Route<'_>,
     method: &Method,
     q: &Query,
-) -> Result<(), Error> {
-    let checked = if !matches!(route, Route::Files) || method != Method::GET {
-        Err(Error::Forbidden(
+) -> Result<OwnedSemaphorePermit, Error> {
+    if !matches!(route, Route::Files) || method != Method::GET {
+        return Err(app.grants.refuse(Error::Forbidden(
             "a grant token may only GET /v1/files".into(),
-        ))
-    } else {
-        q.get(protocol::query::PATH)
-            .ok_or_else(|| Error::BadRequest("path is required".into()))
-            .and_then(|path| app.grants.use_for(granted, path))
-    };
-    checked.map_err(|e| app.grants.refuse(e))
+        )));
+    }
+    let slot = app.files.slot(true)?;
+    q.get(protocol::query::PATH)
+        .ok_or_else(|| Error::BadRequest("path is required".into()))
+        .and_then(|path| app.grants.use_for(granted, path))
+        .map_err(|e| app.grants.refuse(e))?;
+    Ok(slot)
 }
 
 /// `/v1/grants`: `POST` registers, `GET` lists.

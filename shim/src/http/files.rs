@@ -1,17 +1,17 @@
 //! `PUT /v1/files` and `GET /v1/files`: bridges the async request and response bodies to the
 //! synchronous tar code in `crate::files`, which runs on the blocking pool.
 //!
-//! A transfer holds one of `STEPSHIM_FILES_MAX_CONCURRENT` slots from before its first file-system
-//! call until its blocking work ends; without a free slot it is answered 503 `unavailable` at once,
-//! so stalled transfers cannot take every blocking thread. A body that does not move for
-//! `STEPSHIM_FILES_IDLE_TIMEOUT` (an upload's bytes not arriving, a download's not being taken)
-//! abandons the transfer: an upload is then refused as truncated and leaves nothing, a download's
-//! response is cut off.
+//! A transfer holds a slot from before its first file-system call until its blocking work ends:
+//! one of `STEPSHIM_FILES_MAX_CONCURRENT` with the pod's token, one of the separate
+//! `STEPSHIM_FILES_GRANT_MAX_CONCURRENT` with a grant's, so grant holders (less trusted peers) can
+//! never take the pod's own slots. Without a free slot it is answered 503 `unavailable` at once, so
+//! stalled transfers cannot take every blocking thread. A body too slow for [`Pace`] (an upload's
+//! bytes not arriving, a download's not being taken) abandons the transfer: an upload is then
+//! refused as truncated and leaves nothing, a download's response is cut off.
 
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -21,16 +21,21 @@ use tokio::runtime::Handle;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use super::body::{Body, ChannelBody, Query, empty};
+use super::pace::Pace;
 use crate::config::FilesSettings;
 use crate::error::Error;
 use crate::files::{self, FilesError, Options, Resolve};
 use crate::output_log::{IO_CHUNK, pool};
+use protocol::settings as S;
 
-/// The file transfer caps and the slots of the transfers running.
+/// The file transfer caps and the slots of the transfers running, in two pools.
 #[derive(Debug)]
 pub(crate) struct Transfers {
     settings: FilesSettings,
-    slots: Arc<Semaphore>,
+    /// The pod token's slots; no grant token ever holds one.
+    owner: Arc<Semaphore>,
+    /// Grant tokens' slots, shared by all grants.
+    granted: Arc<Semaphore>,
 }
 
 impl Transfers {
@@ -38,26 +43,38 @@ impl Transfers {
     pub(crate) fn new(settings: FilesSettings) -> Self {
         Transfers {
             settings,
-            slots: Arc::new(Semaphore::new(settings.max_concurrent)),
+            owner: Arc::new(Semaphore::new(settings.max_concurrent)),
+            granted: Arc::new(Semaphore::new(settings.grant_max_concurrent)),
         }
     }
 
-    /// A slot for one transfer, or 503 when all are taken.
-    fn slot(&self) -> Result<OwnedSemaphorePermit, Error> {
-        self.slots.clone().try_acquire_owned().map_err(|_| {
+    /// A slot of the pool of the request's token, or 503 when all of that pool are taken.
+    pub(super) fn slot(&self, granted: bool) -> Result<OwnedSemaphorePermit, Error> {
+        let (pool, n, var) = if granted {
+            let n = self.settings.grant_max_concurrent;
+            (&self.granted, n, S::FILES_GRANT_MAX_CONCURRENT)
+        } else {
+            (
+                &self.owner,
+                self.settings.max_concurrent,
+                S::FILES_MAX_CONCURRENT,
+            )
+        };
+        pool.clone().try_acquire_owned().map_err(|_| {
             Error::Unavailable(format!(
-                "{} file transfers are already running (STEPSHIM_FILES_MAX_CONCURRENT); retry later",
-                self.settings.max_concurrent
+                "{n} file transfers are already running ({var}); retry later"
             ))
         })
     }
 }
 
-/// `/v1/files?path=...`
+/// `/v1/files?path=...`; `granted_slot` is the slot of a request by a grant's token, taken from
+/// the grants' pool; any other request takes one of the pod token's pool here.
 pub(crate) async fn handle(
     req: Request<Incoming>,
     q: &Query,
     same_owner: bool,
+    granted_slot: Option<OwnedSemaphorePermit>,
     transfers: &Transfers,
 ) -> Result<Response<Body>, Error> {
     let path = q
@@ -71,25 +88,22 @@ pub(crate) async fn handle(
     if method != Method::PUT && method != Method::GET {
         return Err(Error::MethodNotAllowed("GET, PUT"));
     }
-    let slot = transfers.slot()?;
+    let slot = match granted_slot {
+        Some(slot) => slot,
+        None => transfers.slot(false)?,
+    };
     let s = transfers.settings;
+    let pace = Pace::new(&s);
     if method == Method::PUT {
         let opts = Options {
             same_owner,
             limits: s.limits(),
             resolve: Resolve::Auto,
         };
-        put(
-            req.into_body(),
-            PathBuf::from(path),
-            opts,
-            s.idle_timeout,
-            slot,
-        )
-        .await
+        put(req.into_body(), PathBuf::from(path), opts, pace, slot).await
     } else {
         let resume = Resume::of(&req, q)?;
-        get(path, resume, s.idle_timeout, slot).await
+        get(path, resume, pace, slot).await
     }
 }
 
@@ -134,7 +148,7 @@ async fn put(
     body: Incoming,
     dir: PathBuf,
     opts: Options,
-    idle: Duration,
+    pace: Pace,
     slot: OwnedSemaphorePermit,
 ) -> Result<Response<Body>, Error> {
     let handle = Handle::current();
@@ -143,7 +157,7 @@ async fn put(
         let mut reader = BodyReader {
             body,
             handle,
-            idle,
+            pace,
             current: Bytes::new(),
             failed: None,
         };
@@ -164,7 +178,7 @@ async fn put(
 async fn get(
     path: String,
     resume: Resume,
-    idle: Duration,
+    pace: Pace,
     slot: OwnedSemaphorePermit,
 ) -> Result<Response<Body>, Error> {
     let p = path.clone();
@@ -194,11 +208,10 @@ async fn get(
     let (tx, rx) = mpsc::channel(2);
     let handle = Handle::current();
     crate::blocking::detach(Box::new(move || {
-        let _slot = slot;
         let writer = ChannelWriter {
             tx: tx.clone(),
             handle: handle.clone(),
-            idle,
+            pace,
             buf: Vec::new(),
         };
         let result = source
@@ -209,11 +222,12 @@ async fn get(
                     source: e,
                 })
             });
+        drop(slot);
         if let Err(e) = result {
             crate::warn!(path, cause = %e, "files out ended early");
-            // Cuts the chunked body off without its last chunk (unless the client is gone).
-            let err = Err(io::Error::other(e.to_string()));
-            let _ = handle.block_on(tokio::time::timeout(idle, tx.send(err)));
+            // Cuts the body off short of its length. With no room left (a client too slow to
+            // take it) dropping the sender ends the body short all the same.
+            let _ = tx.try_send(Err(io::Error::other(e.to_string())));
         }
     }));
     let mut r = Response::new(ChannelBody(rx).boxed());
@@ -237,13 +251,13 @@ async fn get(
 }
 
 /// Blocking `Read` over the request body, each frame awaited on the runtime from the blocking
-/// thread (no channel and no forwarding task between them). A body that fails or does not move
-/// for `idle` reads as its end, with the reason kept in `failed`: the extraction then refuses the
+/// thread (no channel and no forwarding task between them). A body that fails or is too slow for
+/// its [`Pace`] reads as its end, with the reason kept in `failed`: the extraction then refuses the
 /// stream as truncated and leaves nothing.
 struct BodyReader {
     body: Incoming,
     handle: Handle,
-    idle: Duration,
+    pace: Pace,
     current: Bytes,
     failed: Option<String>,
 }
@@ -254,23 +268,26 @@ impl Read for BodyReader {
             if self.failed.is_some() {
                 return Ok(0);
             }
-            let idle = self.idle;
-            let frame = self
-                .handle
-                .block_on(tokio::time::timeout(idle, self.body.frame()));
-            match frame {
-                Ok(Some(Ok(f))) => {
-                    if let Ok(data) = f.into_data() {
-                        self.current = data;
-                    }
-                }
+            let (body, pace) = (&mut self.body, &mut self.pace);
+            let mut frame = None;
+            let waited = {
+                let fut = std::pin::pin!(async { frame = Some(body.frame().await) });
+                self.handle.block_on(pace.wait(fut))
+            };
+            let cut = match waited.map(|()| frame.flatten()) {
+                Ok(Some(Ok(f))) => match f.into_data() {
+                    Ok(data) => pace.moved(data.len() as u64).map(|()| self.current = data),
+                    Err(_) => Ok(()),
+                },
                 Ok(None) => return Ok(0),
-                Ok(Some(Err(e))) => self.failed = Some(format!("reading the tar body: {e}")),
-                Err(_) => {
-                    self.failed = Some(format!(
-                        "no body bytes for {idle:?} (STEPSHIM_FILES_IDLE_TIMEOUT); upload abandoned"
-                    ))
+                Ok(Some(Err(e))) => {
+                    self.failed = Some(format!("reading the tar body: {e}"));
+                    Ok(())
                 }
+                Err(cut) => Err(cut),
+            };
+            if let Err(cut) = cut {
+                self.failed = Some(format!("{}; upload abandoned", cut.reason()));
             }
         }
         let n = buf.len().min(self.current.len());
@@ -282,11 +299,11 @@ impl Read for BodyReader {
 /// Blocking `Write` into the response body, in chunks of [`IO_CHUNK`] bytes filled in pooled
 /// buffers that return to the pool once hyper has sent them: a fresh chunk per write cost a page
 /// fault per 4 KiB and an `munmap` per chunk, most of the source's CPU of a pull. Fails once the
-/// client is gone or has taken nothing for `idle`.
+/// client is gone or takes the chunks too slowly for its [`Pace`].
 struct ChannelWriter {
     tx: mpsc::Sender<Result<Bytes, io::Error>>,
     handle: Handle,
-    idle: Duration,
+    pace: Pace,
     buf: Vec<u8>,
 }
 
@@ -296,20 +313,21 @@ impl ChannelWriter {
         if self.buf.is_empty() {
             return Ok(());
         }
+        let n = self.buf.len() as u64;
         let chunk = pool::bytes(std::mem::take(&mut self.buf));
-        let sent = self
-            .handle
-            .block_on(tokio::time::timeout(self.idle, self.tx.send(Ok(chunk))));
-        match sent {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) => Err(io::Error::new(
+        let (tx, pace) = (&self.tx, &mut self.pace);
+        let mut sent = false;
+        let waited = {
+            let fut = std::pin::pin!(async { sent = tx.send(Ok(chunk)).await.is_ok() });
+            self.handle.block_on(pace.wait(fut))
+        };
+        match waited.and_then(|()| pace.moved(n)) {
+            Ok(()) if sent => Ok(()),
+            Ok(()) => Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
                 "client went away",
             )),
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the client took nothing for STEPSHIM_FILES_IDLE_TIMEOUT",
-            )),
+            Err(cut) => Err(io::Error::new(io::ErrorKind::TimedOut, cut.reason())),
         }
     }
 }

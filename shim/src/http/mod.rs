@@ -7,6 +7,7 @@ mod body;
 mod conns;
 mod files;
 mod output;
+mod pace;
 mod process;
 
 use std::convert::Infallible;
@@ -266,10 +267,11 @@ async fn dispatch(
         Err(RouteError::NotFound) => return Err(Error::NoRoute(req.uri().path().to_owned())),
     };
     let q = body::Query::parse(req.uri().query())?;
-    if let Some(g) = granted {
-        artifacts::check_granted(app, &g, &route, req.method(), &q)?;
-    }
-    route_to(app, route, req, &q).await
+    let slot = match granted {
+        Some(g) => Some(artifacts::check_granted(app, &g, &route, req.method(), &q)?),
+        None => None,
+    };
+    route_to(app, route, req, &q, slot).await
 }
 
 /// Checks the request's token: the shim's own lets it through (`None`), a read grant's gives
@@ -292,12 +294,14 @@ fn authenticate(
     artifacts::grant_of(app, bearer, proxy).map(Some)
 }
 
-/// Runs the handler of an authenticated request's `route`, once its method is one the route takes.
+/// Runs the handler of an authenticated request's `route`, once its method is one the route takes;
+/// `granted_slot` is the transfer slot a grant token's request already holds.
 async fn route_to(
     app: &Arc<App>,
     route: Route<'_>,
     req: Request<Incoming>,
     q: &body::Query,
+    granted_slot: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<Response<Body>, Error> {
     let method = req.method().clone();
     let only = |m: Method, allow: &'static str| {
@@ -338,7 +342,7 @@ async fn route_to(
             only(Method::POST, "POST")?;
             process::resize(app, id, req).await
         }
-        Route::Files => files::handle(req, q, app.same_owner, &app.files).await,
+        Route::Files => files::handle(req, q, app.same_owner, granted_slot, &app.files).await,
         Route::Grants => artifacts::grants(app, req).await,
         Route::Grant(id) => {
             only(Method::DELETE, "DELETE")?;
