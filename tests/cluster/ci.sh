@@ -3,7 +3,8 @@
 # (later cluster tests; each gets KUBECONFIG and the cluster's kubectl on PATH), then down.
 # Always tears the cluster down, also on failure or interruption. Every step has a timeout.
 # Ends with one "cluster: N passed, M failed" line; exits non-zero if anything failed.
-# Timeouts (seconds) can be overridden: STEPSHIM_UP_TIMEOUT, STEPSHIM_CLUSTER_TEST_TIMEOUT.
+# Timeouts (seconds) can be overridden: STEPSHIM_UP_TIMEOUT, STEPSHIM_CLUSTER_TEST_TIMEOUT (every
+# test; otherwise a test's own "# budget: SECONDS" line, else 1200).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 start=$SECONDS
@@ -79,6 +80,8 @@ run smoke 300 "$here/smoke"
 if [[ -d $here/tests.d ]]; then
     for t in "$here"/tests.d/*; do
         [[ -f $t && -x $t ]] || continue
-        run "tests.d/$(basename "$t")" "${STEPSHIM_CLUSTER_TEST_TIMEOUT:-1200}" "$t"
+        # A test may state its own budget in a "# budget: SECONDS" line; 1200 s otherwise.
+        budget=$(sed -n 's/^# budget: \([0-9][0-9]*\)$/\1/p' "$t" | head -n 1)
+        run "tests.d/$(basename "$t")" "${STEPSHIM_CLUSTER_TEST_TIMEOUT:-${budget:-1200}}" "$t"
     done
 fi
