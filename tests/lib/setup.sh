@@ -20,7 +20,7 @@ for comp in rustfmt clippy; do
 done
 
 missing=()
-for pair in unshare:util-linux file:file ps:procps curl:curl; do
+for pair in unshare:util-linux file:file ps:procps curl:curl musl-gcc:musl-tools; do
   command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
