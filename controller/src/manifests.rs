@@ -110,6 +110,10 @@ pub fn rbac_for(name: &str, namespace: &str, proxy: bool) -> Result<String, serd
     .join("---\n"))
 }
 
+/// The most a ConfigMap's data may hold (the apiserver refuses more): the plain builds fit, the
+/// build with TLS does not.
+pub const CONFIGMAP_MAX_BYTES: usize = 1 << 20;
+
 /// The ConfigMap carrying the shim binary under the key `stepshim`.
 pub fn shim_configmap(
     name: &str,

@@ -245,14 +245,11 @@ fn environment(spec: &StepSpec, token_sha256: &str, tls_seed: Option<&str>) -> V
         value: Some(seed.into()),
         ..Default::default()
     }));
-    env.extend([
-
-        EnvVar {
-            name: settings::LISTEN.into(),
-            value: Some(format!("0.0.0.0:{SHIM_PORT}")),
-            ..Default::default()
-        },
-    ]);
+    env.extend([EnvVar {
+        name: settings::LISTEN.into(),
+        value: Some(format!("0.0.0.0:{SHIM_PORT}")),
+        ..Default::default()
+    }]);
     env.extend(spec.env.iter().map(|(k, v)| EnvVar {
         name: k.clone(),
         value: Some(v.clone()),

@@ -88,9 +88,15 @@ pub async fn copy(
     }
     let status = match pull(src, path, dst, dir, id).await {
         Ok(s) => s,
-        // A source URL the destination cannot use (e.g. the controller reaches pods through a
-        // proxy): through the controller.
-        Err(TransferError::Client(e)) if e.code() == Some(protocol::ErrorCode::BadRequest) => {
+        // A source the destination cannot use (the controller reaches pods through a proxy; a TLS
+        // source for a destination built without TLS, or one too old to know `source_pin`):
+        // through the controller.
+        Err(TransferError::Client(e))
+            if matches!(
+                e.code(),
+                Some(protocol::ErrorCode::BadRequest | protocol::ErrorCode::InvalidJson)
+            ) =>
+        {
             let mut copied = through_controller(src, path, dst, dir).await?;
             copied.fallback = Some(e.to_string());
             return Ok(copied);

@@ -161,7 +161,12 @@ fn step_pods_match_the_golden_files() {
     for case in cases.cases {
         let file = format!("steppod-{}.json", case.name);
         let seed = case.tls_seed.as_deref();
-        let pod = build_pod(&case.spec.into_spec(), &case.worker, &case.token_sha256, seed);
+        let pod = build_pod(
+            &case.spec.into_spec(),
+            &case.worker,
+            &case.token_sha256,
+            seed,
+        );
         let got = serde_json::to_value(&pod).unwrap();
         if updating() {
             write(&file, &got);

@@ -186,3 +186,23 @@ fn bad_peers_are_refused_before_anything_is_printed() {
         assert!(err.starts_with(&format!("stepctl: {want}")), "{err}");
     }
 }
+
+#[test]
+fn the_configmap_says_it_is_plain_http_and_refuses_a_binary_too_large_for_one() {
+    let dir = std::env::temp_dir().join(format!("stepctl-cm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let small = dir.join("small");
+    std::fs::write(&small, vec![0u8; 1000]).unwrap();
+    let (code, out, _) = manifests(&["--shim-configmap", small.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(out.contains("plain\n# HTTP"), "{out}");
+    // The build with TLS (about 1.3 MB) cannot be a ConfigMap: refused before anything is printed.
+    let big = dir.join("big");
+    std::fs::write(&big, vec![0u8; (1 << 20) + 1]).unwrap();
+    let (code, out, err) = manifests(&["--shim-configmap", big.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(out.is_empty(), "printed {out}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("over a ConfigMap's 1048576"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -350,3 +350,20 @@ async fn retries_are_the_attempts_after_the_first() {
         let _ = std::fs::remove_dir_all(dst.parent().unwrap());
     }
 }
+
+/// A shim built without TLS refuses a TLS source at once (400), so a controller can copy through
+/// itself instead.
+#[cfg(not(feature = "tls"))]
+#[tokio::test]
+async fn a_build_without_tls_refuses_an_https_source() {
+    let dst = Shim::start();
+    let target = scratch("pull-no-tls").join("in");
+    let mut spec = pull_spec("https://127.0.0.1:9", &target, "t", &target);
+    spec.source_pin = Some("ab".repeat(32));
+    let err = dst.client.pull("tls", &spec, None).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("400") && text.contains("built without TLS"),
+        "{text}"
+    );
+}

@@ -200,15 +200,36 @@ pub fn manifests(target: &TargetArgs, args: ManifestArgs) -> Result<i32> {
     let proxy = target.via != super::args::ViaArg::Direct;
     // Everything is checked before anything is printed, so a refusal leaves no half manifest.
     let policy = args.network_policy.then(|| shim_peers(&args)).transpose()?;
+    let configmap = match args.shim_configmap {
+        Some(bin) => {
+            let bytes =
+                std::fs::read(&bin).with_context(|| format!("reading {}", bin.display()))?;
+            if bytes.len() > manifests::CONFIGMAP_MAX_BYTES {
+                bail!(
+                    "{} is {} bytes, over a ConfigMap's {} (the build with TLS does not fit: give \
+                     the plain build, images/build-shim-binary without --tls)",
+                    bin.display(),
+                    bytes.len(),
+                    manifests::CONFIGMAP_MAX_BYTES
+                );
+            }
+            Some(manifests::shim_configmap(
+                &args.configmap,
+                &target.namespace,
+                bytes,
+            )?)
+        }
+        None => None,
+    };
     print!(
         "{}",
         manifests::rbac_for(&args.name, &target.namespace, proxy)?
     );
-    if let Some(bin) = args.shim_configmap {
-        let bytes = std::fs::read(&bin).with_context(|| format!("reading {}", bin.display()))?;
+    if let Some(cm) = configmap {
+        // Which delivery gives which wire, where an operator reads the manifests.
         print!(
-            "---\n{}",
-            manifests::shim_configmap(&args.configmap, &target.namespace, bytes)?
+            "---\n# The shim for --delivery configmap: a build without TLS, so these pods speak plain\n\
+             # HTTP. Pods of the shim image (--delivery init) serve TLS 1.3 (PROTOCOL.md 1.1).\n{cm}"
         );
     }
     if let Some(peers) = policy {
