@@ -36,6 +36,7 @@ impl ShimClient {
         };
         ShimClient {
             base: self.base.clone(),
+            pin: self.pin,
             auth: kind.pair(token),
             transport: self.transport.clone(),
         }

@@ -31,6 +31,9 @@ pub enum ClientError {
     /// The token cannot travel in that header (not a valid header value).
     #[error("the token is not a valid value for the {0:?} header")]
     InvalidToken(crate::TokenHeader),
+    /// The TLS configuration for a pinned shim could not be made.
+    #[error("TLS configuration for the shim: {0}")]
+    Tls(#[source] stepshim_tls::Error),
     /// Connecting or sending failed (the transport's own error: direct, or through a proxy).
     #[error("cannot reach the shim: {0}")]
     Transport(#[source] crate::BoxError),

@@ -18,6 +18,7 @@ mod error;
 pub mod h1;
 pub mod local;
 mod output;
+mod stream;
 pub mod transport;
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use serde::de::DeserializeOwned;
 pub use artifacts::FilesOut;
 pub use error::ClientError;
 pub use output::{Attached, OutputStream};
+pub use stepshim_tls::{Pin, Seed};
 use transport::full_body;
 pub use transport::{BoxError, Direct, ReqBody, RespBody, SendFuture, TokenHeader, Transport};
 
@@ -42,6 +44,7 @@ pub use transport::{BoxError, Direct, ReqBody, RespBody, SendFuture, TokenHeader
 #[derive(Clone)]
 pub struct ShimClient {
     base: String,
+    pin: Option<Pin>,
     auth: Option<(HeaderName, HeaderValue)>,
     transport: Arc<dyn Transport>,
 }
@@ -64,6 +67,24 @@ impl ShimClient {
         }
         let transport = Arc::new(Direct::new(Duration::from_secs(10)));
         Self::with_transport(base, token, TokenHeader::Bearer, transport)
+    }
+
+    /// A client for the shim at `base` (`https://host:port`) that serves TLS with the key `pin`
+    /// (PROTOCOL.md 1.1), presenting `token`.
+    pub fn new_pinned(base: &str, token: Option<String>, pin: Pin) -> Result<Self, ClientError> {
+        if !base.starts_with("https://") {
+            return Err(ClientError::InvalidUrl(base.to_owned()));
+        }
+        let direct = Direct::pinned(Duration::from_secs(10), pin).map_err(ClientError::Tls)?;
+        let mut client = Self::with_transport(base, token, TokenHeader::Bearer, Arc::new(direct))?;
+        client.pin = Some(pin);
+        Ok(client)
+    }
+
+    /// The pin of the shim this client reaches directly over TLS (what a pull from it needs as
+    /// `source_pin`); `None` for plain HTTP or another transport.
+    pub fn pin(&self) -> Option<Pin> {
+        self.pin
     }
 
     /// A client that sends through `transport`, every request to `base` joined with the route
@@ -91,6 +112,7 @@ impl ShimClient {
         };
         Ok(ShimClient {
             base,
+            pin: None,
             auth,
             transport,
         })
@@ -100,6 +122,7 @@ impl ShimClient {
     pub fn with_base(&self, base: &str) -> Self {
         ShimClient {
             base: base.trim_end_matches('/').to_owned(),
+            pin: self.pin,
             auth: self.auth.clone(),
             transport: self.transport.clone(),
         }

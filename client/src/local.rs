@@ -20,6 +20,7 @@ pub struct Launch {
     wrapper: Vec<OsString>,
     stderr: Option<Stdio>,
     ready_timeout: Duration,
+    tls: bool,
 }
 
 /// Why a local shim did not start.
@@ -58,6 +59,8 @@ pub struct LocalShim {
     pub token: String,
     /// A client for it.
     pub client: ShimClient,
+    /// Its TLS key's pin when it serves TLS ([`Launch::tls`]).
+    pub pin: Option<crate::Pin>,
     dir: PathBuf,
 }
 
@@ -104,7 +107,15 @@ impl Launch {
             wrapper: Vec::new(),
             stderr: None,
             ready_timeout: Duration::from_secs(20),
+            tls: false,
         }
+    }
+
+    /// Serves TLS (PROTOCOL.md 1.1) with the seed derived from the fresh token, as a controller
+    /// would, and a client that pins its key (the binary must be built with TLS).
+    pub fn tls(mut self, on: bool) -> Launch {
+        self.tls = on;
+        self
     }
 
     /// One more environment entry (later entries win).
@@ -160,6 +171,10 @@ impl Launch {
             }
             None => Command::new(&self.bin),
         };
+        let seed = self.tls.then(|| crate::Seed::for_token(&token));
+        if let Some(seed) = &seed {
+            cmd.env(settings::TLS_SEED, seed.to_hex());
+        }
         cmd.env(settings::LISTEN, "127.0.0.1:0")
             .env(settings::TOKEN_SHA256, protocol::token::sha256_hex(&token))
             .env(settings::READY_FILE, &ready)
@@ -184,12 +199,17 @@ impl Launch {
             addr: String::new(),
             client: ShimClient::new("http://127.0.0.1:0", None)?,
             token,
+            pin: seed.map(|s| s.pin()),
             dir,
         };
         shim.addr = wait_ready(&mut shim.child, &ready, self.ready_timeout)?;
         // Read: nothing is left behind for a starter that is killed later.
         let _ = std::fs::remove_dir_all(&shim.dir);
-        shim.client = ShimClient::new(&shim.url(), Some(shim.token.clone()))?;
+        let token = Some(shim.token.clone());
+        shim.client = match shim.pin {
+            Some(pin) => ShimClient::new_pinned(&shim.url(), token, pin)?,
+            None => ShimClient::new(&shim.url(), token)?,
+        };
         Ok(shim)
     }
 }
@@ -216,9 +236,10 @@ fn wait_ready(child: &mut Child, ready: &Path, limit: Duration) -> Result<String
 }
 
 impl LocalShim {
-    /// `http://host:port`
+    /// `http://host:port`, or `https://host:port` when it serves TLS.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.pin.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// The child's pid (the wrapper's, if there is one).

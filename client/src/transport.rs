@@ -19,6 +19,8 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use crate::stream::{Connector, Stream};
+
 /// Any error a transport or a body stream reports.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// A request body: streamed, so a tar of any size goes out as it is produced.
@@ -149,13 +151,14 @@ pub struct Direct {
     pool: Arc<Mutex<Vec<Idle>>>,
     raw: Arc<Mutex<Vec<RawIdle>>>,
     connect_timeout: Duration,
+    connector: Connector,
 }
 
 /// A kept-alive connection of [`Transport::exchange`], its read buffer, and the `host:port` it
 /// reaches.
 struct RawIdle {
     key: String,
-    conn: TcpStream,
+    conn: Stream,
     buf: Vec<u8>,
 }
 
@@ -175,42 +178,64 @@ impl fmt::Debug for Direct {
 }
 
 impl Direct {
-    /// A pool whose connection attempts give up after `connect_timeout`.
+    /// A pool of plain connections (`http://`) whose connection attempts give up after
+    /// `connect_timeout`.
     pub fn new(connect_timeout: Duration) -> Self {
+        Self::with_connector(connect_timeout, Connector::Plain)
+    }
+
+    /// A pool of TLS connections (`https://`) to the shim whose key is `pin` (PROTOCOL.md 1.1):
+    /// a server whose handshake that key did not sign is refused.
+    pub fn pinned(
+        connect_timeout: Duration,
+        pin: stepshim_tls::Pin,
+    ) -> Result<Self, stepshim_tls::Error> {
+        Ok(Self::with_connector(
+            connect_timeout,
+            Connector::pinned(pin)?,
+        ))
+    }
+
+    fn with_connector(connect_timeout: Duration, connector: Connector) -> Self {
         Direct {
             pool: Arc::default(),
             raw: Arc::default(),
             connect_timeout,
+            connector,
         }
     }
 
     /// A kept exchange connection to `key` that the shim has not closed meanwhile (a read that
     /// would block); closed ones are dropped on the way.
-    fn take_raw(&self, key: &str) -> Option<(TcpStream, Vec<u8>)> {
+    fn take_raw(&self, key: &str) -> Option<(Stream, Vec<u8>)> {
         let mut raw = self.raw.lock().unwrap_or_else(|e| e.into_inner());
         while let Some(i) = raw.iter().rposition(|c| c.key == key) {
             let c = raw.swap_remove(i);
-            let mut probe = [0u8; 1];
-            if matches!(c.conn.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-            {
+            if c.conn.is_quiet() {
                 return Some((c.conn, c.buf));
             }
         }
         None
     }
 
-    fn put_raw(&self, key: String, conn: TcpStream, buf: Vec<u8>) {
+    fn put_raw(&self, key: String, conn: Stream, buf: Vec<u8>) {
         let mut raw = self.raw.lock().unwrap_or_else(|e| e.into_inner());
         if raw.len() < MAX_RAW_IDLE {
             raw.push(RawIdle { key, conn, buf });
         }
     }
 
-    async fn connect_stream(&self, key: &str) -> Result<TcpStream, BoxError> {
-        let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(key))
+    /// A new connection to `key`: TCP connect and, when pinned, the TLS handshake, within the
+    /// connect timeout.
+    async fn connect_stream(&self, key: &str) -> Result<Stream, BoxError> {
+        let open = async {
+            let tcp = TcpStream::connect(key).await?;
+            tcp.set_nodelay(true)?;
+            self.connector.wrap(tcp).await
+        };
+        let stream = tokio::time::timeout(self.connect_timeout, open)
             .await
             .map_err(|_| format!("connecting to {key} timed out"))??;
-        stream.set_nodelay(true)?;
         Ok(stream)
     }
 
@@ -264,17 +289,18 @@ impl Direct {
     }
 }
 
-/// An `http://` URL's authority as given (for `Host`), its `host:port` (the pools' key) and its
-/// origin form (the path and query sent).
-fn split(uri: &Uri) -> Result<(http::uri::Authority, String, Uri), BoxError> {
+/// A URL's authority as given (for `Host`), its `host:port` (the pools' key) and its origin form
+/// (the path and query sent); the scheme must be the connector's (`http://` or `https://`).
+fn split(uri: &Uri, scheme: &str) -> Result<(http::uri::Authority, String, Uri), BoxError> {
     let authority = match (uri.scheme_str(), uri.authority()) {
-        (Some("http"), Some(a)) => a.clone(),
-        _ => return Err(format!("not an http:// URL: {uri}").into()),
+        (Some(s), Some(a)) if s == scheme => a.clone(),
+        _ => return Err(format!("not an {scheme}:// URL: {uri}").into()),
     };
+    let default_port = if scheme == "https" { 443 } else { 80 };
     let key = format!(
         "{}:{}",
         authority.host(),
-        authority.port_u16().unwrap_or(80)
+        authority.port_u16().unwrap_or(default_port)
     );
     let origin = match uri.path_and_query() {
         Some(pq) => Uri::from(pq.clone()),
@@ -293,7 +319,7 @@ impl Transport for Direct {
     fn exchange(&self, req: Request<Bytes>) -> ExchangeFuture<'_> {
         Box::pin(async move {
             let (parts, body) = req.into_parts();
-            let (authority, key, origin) = split(&parts.uri)?;
+            let (authority, key, origin) = split(&parts.uri, self.connector.scheme())?;
             let target = origin.path_and_query().map_or("/", |pq| pq.as_str());
             let request = crate::h1::encode(
                 &parts.method,
@@ -331,7 +357,7 @@ impl Transport for Direct {
     fn send(&self, req: Request<ReqBody>) -> SendFuture<'_> {
         Box::pin(async move {
             let (mut parts, body) = req.into_parts();
-            let (authority, key, origin) = split(&parts.uri)?;
+            let (authority, key, origin) = split(&parts.uri, self.connector.scheme())?;
             // Origin form on the wire, the authority in `Host`.
             parts.uri = origin;
             parts

@@ -150,6 +150,7 @@ pub async fn pull(
         .await?;
     let spec = PullSpec {
         source: src.base().to_owned(),
+        source_pin: src.pin().map(|p| p.to_string()),
         path: path.to_owned(),
         token,
         target: dir.to_owned(),

@@ -40,18 +40,18 @@ func TestTLSVectors(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v struct {
-		Message string `json:"message"`
-		Cases   []struct {
+		About   string `json:"about"`
+		Vectors []struct {
 			Token, Seed, Pin string
-		} `json:"cases"`
+		} `json:"vectors"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
 		t.Fatal(err)
 	}
-	if v.Message != "stepshim tls seed v1" || len(v.Cases) < 2 {
-		t.Fatalf("tls.json: message %q, %d cases", v.Message, len(v.Cases))
+	if !strings.Contains(v.About, `"stepshim tls seed v1"`) || len(v.Vectors) < 2 {
+		t.Fatalf("tls.json: about %q, %d vectors", v.About, len(v.Vectors))
 	}
-	for _, c := range v.Cases {
+	for _, c := range v.Vectors {
 		seed := shim.TLSSeed(c.Token)
 		if got := hex.EncodeToString(seed[:]); got != c.Seed {
 			t.Errorf("seed of %s: got %s, want %s", c.Token, got, c.Seed)

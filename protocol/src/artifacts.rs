@@ -69,8 +69,13 @@ pub struct GrantList {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, remote = "Self")]
 pub struct PullSpec {
-    /// The source shim's base URL, `http://IP:PORT` (an IP literal: the shim resolves no names).
+    /// The source shim's base URL, `http://IP:PORT` or `https://IP:PORT` (an IP literal: the shim
+    /// resolves no names).
     pub source: String,
+    /// The source's pin (64 hex digits, PROTOCOL.md 1.1): required with `https://`, refused with
+    /// `http://`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_pin: Option<String>,
     /// The path on the source, as `GET /v1/files?path=` takes it (a trailing `/`: the contents).
     pub path: String,
     /// The grant token for the source.

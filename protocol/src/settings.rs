@@ -37,6 +37,10 @@ settings! {
     TOKEN_SHA256_FILE = "STEPSHIM_TOKEN_SHA256_FILE", "--token-sha256-file", "";
     /// `1` to serve without authentication (local trials only).
     INSECURE_NO_AUTH = "STEPSHIM_INSECURE_NO_AUTH", "--insecure-no-auth", "";
+    /// Hex seed of the TLS key: serve TLS 1.3 only (PROTOCOL.md 1.1).
+    TLS_SEED = "STEPSHIM_TLS_SEED", "--tls-seed", "";
+    /// A file holding the hex seed of the TLS key.
+    TLS_SEED_FILE = "STEPSHIM_TLS_SEED_FILE", "--tls-seed-file", "";
     /// Where output logs spill (absolute).
     DATA_DIR = "STEPSHIM_DATA_DIR", "--data-dir", "/tmp";
     /// Seconds between SIGTERM and SIGKILL at shutdown.

@@ -16,6 +16,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// SHA-256 of the bearer token; `None` only with `insecure_no_auth`.
     pub token_sha256: Option<[u8; 32]>,
+    /// Seed of the TLS key (`STEPSHIM_TLS_SEED`): serve TLS 1.3 only; `None`: plain HTTP.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) tls_seed: Option<TlsSeed>,
     /// Where output logs spill.
     pub(crate) data_dir: PathBuf,
     /// Shutdown grace before SIGKILL.
@@ -98,6 +101,17 @@ impl FilesSettings {
     }
 }
 
+/// The TLS key's seed; its `Debug` never shows it.
+#[derive(Clone)]
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+pub(crate) struct TlsSeed(pub(crate) [u8; 32]);
+
+impl std::fmt::Debug for TlsSeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsSeed(<secret>)")
+    }
+}
+
 /// Why the configuration was refused.
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -117,9 +131,16 @@ pub enum ConfigError {
     /// A flag the shim does not know.
     #[error("unknown argument {0:?} (flags: {flags})", flags = flag_list())]
     UnknownArgument(String),
+    /// A TLS seed was given to a build without TLS.
+    #[error(
+        "this stepshim was built without TLS: unset STEPSHIM_TLS_SEED and STEPSHIM_TLS_SEED_FILE, or run the image's stepshim-tls"
+    )]
+    NoTls,
     /// The token file could not be read.
-    #[error("cannot read STEPSHIM_TOKEN_SHA256_FILE {path}: {source}")]
+    #[error("cannot read {name} {path}: {source}")]
     TokenFile {
+        /// The variable naming the file.
+        name: &'static str,
         /// The file.
         path: String,
         /// Why.
@@ -129,6 +150,11 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// Whether the shim serves TLS (it was given a seed).
+    pub fn serves_tls(&self) -> bool {
+        self.tls_seed.is_some()
+    }
+
     /// Reads the configuration from environment pairs and command-line arguments (without
     /// `argv[0]`). Flags (`--name value` or `--name=value`) override variables. Names, flags and
     /// defaults come from `protocol::settings`, the table PROTOCOL.md section 7 documents.
@@ -139,6 +165,7 @@ impl Config {
         let v = Values::collect(env, args)?;
         let listen = parse(v.get(S::LISTEN).unwrap_or_default(), S::LISTEN)?;
         let token_sha256 = v.token()?;
+        let tls_seed = v.tls_seed()?;
         let data_dir = v.data_dir()?;
         let log_level = v.log_level()?;
         let tiny = Duration::from_nanos(1);
@@ -152,6 +179,7 @@ impl Config {
             oom_score_adj: v.ranged(S::OOM_SCORE_ADJ, -1000, 1000)? as i32,
             listen,
             token_sha256,
+            tls_seed,
             data_dir,
             grace: v.secs(S::GRACE_SECONDS, Duration::ZERO)?,
             drain: v.secs(S::DRAIN_SECONDS, Duration::ZERO)?,
@@ -262,20 +290,37 @@ impl Values {
         Ok(
             match (self.get(S::TOKEN_SHA256), self.get(S::TOKEN_SHA256_FILE)) {
                 (Some(hex), _) => Some(parse_hex(hex.trim(), S::TOKEN_SHA256)?),
-                (None, Some(path)) => {
-                    let text =
-                        std::fs::read_to_string(path).map_err(|source| ConfigError::TokenFile {
-                            path: path.to_owned(),
-                            source,
-                        })?;
-                    Some(parse_hex(text.trim(), S::TOKEN_SHA256_FILE)?)
-                }
+                (None, Some(path)) => Some(hex_file(path, S::TOKEN_SHA256_FILE)?),
                 (None, None) => match self.get(S::INSECURE_NO_AUTH) {
                     Some("1") | Some("true") => None,
                     _ => return Err(ConfigError::NoToken),
                 },
             },
         )
+    }
+
+    /// The TLS key's seed: given, or read from its file; refused by a build without TLS.
+    fn tls_seed(&self) -> Result<Option<TlsSeed>, ConfigError> {
+        let seed = match (self.get(S::TLS_SEED), self.get(S::TLS_SEED_FILE)) {
+            (Some(hex), _) => Some(parse_hex(hex.trim(), S::TLS_SEED)?),
+            (None, Some(path)) => Some(hex_file(path, S::TLS_SEED_FILE)?),
+            (None, None) => None,
+        };
+        match seed {
+            #[cfg(feature = "tls")]
+            Some(bytes) => {
+                // Made once here so that serving never meets a configuration it cannot make.
+                let seed = stepshim_tls::Seed::from_bytes(bytes);
+                stepshim_tls::server_config(&seed).map_err(|e| ConfigError::Invalid {
+                    name: S::TLS_SEED,
+                    reason: e.to_string(),
+                })?;
+            }
+            #[cfg(not(feature = "tls"))]
+            Some(_) => return Err(ConfigError::NoTls),
+            None => {}
+        }
+        Ok(seed.map(TlsSeed))
     }
 
     /// The data directory, which must be absolute.
@@ -339,6 +384,16 @@ where
         name,
         reason: format!("{s:?}: {e}"),
     })
+}
+
+/// 64 hex digits read from the file `path` names (surrounding white space ignored).
+fn hex_file(path: &str, name: &'static str) -> Result<[u8; 32], ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::TokenFile {
+        name,
+        path: path.to_owned(),
+        source,
+    })?;
+    parse_hex(text.trim(), name)
 }
 
 fn parse_hex(s: &str, name: &'static str) -> Result<[u8; 32], ConfigError> {

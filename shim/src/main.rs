@@ -61,8 +61,8 @@ fn main() -> ExitCode {
         let Ok(shutdown) = stepshim::shutdown_signal() else {
             return fail(70, "cannot watch the shutdown signals (signalfd)");
         };
-        let auth = config.token_sha256.is_some();
-        stepshim::info!(addr, auth, "stepshim listening");
+        let (auth, tls) = (config.token_sha256.is_some(), config.serves_tls());
+        stepshim::info!(addr, auth, tls, "stepshim listening");
         stepshim::logging::release();
         stepshim::run(config, listener, shutdown).await;
         ExitCode::SUCCESS

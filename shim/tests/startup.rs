@@ -67,3 +67,21 @@ fn every_start_up_failure_is_one_line_and_its_status() {
         "cannot install",
     );
 }
+
+#[test]
+fn a_tls_seed_is_checked_at_start() {
+    let seed = "ab".repeat(32);
+    let with = |k, v| run(&[], &[("STEPSHIM_LISTEN", "127.0.0.1:0"), (k, v)]);
+    if cfg!(feature = "tls") {
+        assert_one_line(with("STEPSHIM_TLS_SEED", "zz"), 64, "STEPSHIM_TLS_SEED");
+        let missing = "/nonexistent/stepshim-seed";
+        assert_one_line(
+            with("STEPSHIM_TLS_SEED_FILE", missing),
+            64,
+            "STEPSHIM_TLS_SEED_FILE",
+        );
+    } else {
+        // The ConfigMap-sized build has no TLS: it says so rather than serving in clear text.
+        assert_one_line(with("STEPSHIM_TLS_SEED", &seed), 64, "built without TLS");
+    }
+}

@@ -56,7 +56,18 @@ impl Shim {
 
     /// Starts the shim with extra environment, optionally under a wrapper command (e.g. `unshare`).
     pub fn start_with(env: &[(&str, &str)], wrapper: Option<&[&str]>) -> Shim {
+        Self::launch(env, wrapper, false)
+    }
+
+    /// Starts the shim serving TLS (PROTOCOL.md 1.1), its client pinning the key; the binary must
+    /// be built with TLS.
+    pub fn start_tls(env: &[(&str, &str)]) -> Shim {
+        Self::launch(env, None, true)
+    }
+
+    fn launch(env: &[(&str, &str)], wrapper: Option<&[&str]>, tls: bool) -> Shim {
         let mut launch = Launch::new(binary())
+            .tls(tls)
             .env(protocol::settings::GRACE_SECONDS, "2")
             .env(protocol::settings::LOG, "debug")
             .stderr(Stdio::piped());
@@ -87,7 +98,7 @@ impl Shim {
         }
     }
 
-    /// `http://host:port`
+    /// `http://host:port` (`https://` when it serves TLS)
     pub fn url(&self) -> String {
         self.local.url()
     }

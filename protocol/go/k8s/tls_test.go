@@ -119,12 +119,12 @@ func TestAuthMatchesTheGoldenFiles(t *testing.T) {
 		TokenSHA256 string `json:"tokenSha256"`
 	}
 	var vec struct {
-		Message string `json:"message"`
-		Cases   []struct {
+		About   string `json:"about"`
+		Vectors []struct {
 			Token string `json:"token"`
 			Seed  string `json:"seed"`
 			Pin   string `json:"pin"`
-		} `json:"cases"`
+		} `json:"vectors"`
 	}
 	testdata(t, "token.json", &tok)
 	testdata(t, "tls.json", &vec)
@@ -134,7 +134,7 @@ func TestAuthMatchesTheGoldenFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	token := k.Token(tok.Namespace, tok.Pod)
-	for _, c := range vec.Cases {
+	for _, c := range vec.Vectors {
 		if c.Token != token {
 			continue
 		}

@@ -77,6 +77,9 @@ pub(crate) struct App {
     pub(crate) grants: crate::grants::Grants,
     /// Pulls into this shim.
     pub(crate) pulls: crate::pull::Pulls,
+    /// The TLS handshake every connection starts with, when the shim has a seed.
+    #[cfg(feature = "tls")]
+    tls: Option<Arc<stepshim_tls::rustls::ServerConfig>>,
 }
 
 impl App {
@@ -103,6 +106,12 @@ impl App {
                 config.artifacts,
                 same_owner,
             )),
+            #[cfg(feature = "tls")]
+            tls: config.tls_seed.as_ref().map(|seed| {
+                let seed = stepshim_tls::Seed::from_bytes(seed.0);
+                stepshim_tls::server_config(&seed)
+                    .expect("the configuration was checked when it was read")
+            }),
         }
     }
 
@@ -157,13 +166,45 @@ pub(crate) async fn serve(
     }
 }
 
-/// Serves one connection until it ends, is evicted, or has not authenticated in time.
+/// Serves one connection (after its TLS handshake when the shim has a seed) until it ends, is
+/// evicted, or has not authenticated in time; the handshake counts against that deadline.
 async fn connection(
     app: Arc<App>,
     stream: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
     ticket: conns::Ticket,
 ) {
+    let auth_deadline = tokio::time::Instant::now() + app.limits.auth_timeout;
+    #[cfg(feature = "tls")]
+    if let Some(server) = app.tls.clone() {
+        let acceptor = tokio_rustls::TlsAcceptor::from(server);
+        let handshake = tokio::time::timeout_at(auth_deadline, acceptor.accept(stream));
+        tokio::select! {
+            done = handshake => match done {
+                Ok(Ok(tls)) => serve_io(app, tls, peer, ticket, auth_deadline).await,
+                Ok(Err(e)) => debug!(%peer, cause = %e, "TLS handshake failed"),
+                Err(_) => debug!(%peer, "connection closed: no TLS handshake within the deadline"),
+            },
+            _ = ticket.slot.evict.notified() => {
+                debug!(%peer, "connection evicted at the connection cap during its handshake");
+            }
+        }
+        return;
+    }
+    serve_io(app, stream, peer, ticket, auth_deadline).await
+}
+
+/// Serves HTTP/1.1 on `io` (a TCP stream, or TLS over one) until it ends, is evicted, or has not
+/// authenticated by `auth_deadline`.
+async fn serve_io<I>(
+    app: Arc<App>,
+    io: I,
+    peer: std::net::SocketAddr,
+    ticket: conns::Ticket,
+    auth_deadline: tokio::time::Instant,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let slot = ticket.slot.clone();
     let limits = app.limits;
     let service = {
@@ -178,9 +219,9 @@ async fn connection(
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
         .max_header_size(limits.max_header_bytes)
-        .serve_connection(TokioIo::new(stream), service);
+        .serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
-    let auth_deadline = tokio::time::sleep(limits.auth_timeout);
+    let auth_deadline = tokio::time::sleep_until(auth_deadline);
     tokio::pin!(auth_deadline);
     let evicted = slot.evict.notified();
     tokio::pin!(evicted);

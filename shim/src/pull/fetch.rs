@@ -28,20 +28,27 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub(crate) struct Source {
     addr: SocketAddr,
+    wire: http1::Wire,
     authority: String,
     target: String,
     token: String,
 }
 
 impl Source {
-    /// Checks a pull spec's source: exactly `http://ip:port` (no TLS, no host name, no user
-    /// information, and nothing after the port: not even `/`).
+    /// Checks a pull spec's source: exactly `http://ip:port`, or `https://ip:port` with the
+    /// source's pin (no host name, no user information, and nothing after the port: not even `/`).
     pub(crate) fn parse(spec: &PullSpec) -> Result<Source, Error> {
         let bad = |why: &str| Error::BadRequest(format!("source {:?}: {why}", spec.source));
-        let authority = spec
-            .source
-            .strip_prefix("http://")
-            .ok_or_else(|| bad("must start with http:// (no TLS)"))?;
+        let (authority, wire) = match spec.source.split_once("://") {
+            Some(("http", rest)) if spec.source_pin.is_none() => (rest, http1::Wire::Plain),
+            Some(("http", _)) => {
+                return Err(Error::BadRequest(
+                    "source_pin is only for an https:// source".into(),
+                ));
+            }
+            Some(("https", rest)) => (rest, wire(spec.source_pin.as_deref())?),
+            _ => return Err(bad("must start with http:// or https://")),
+        };
         if authority
             .bytes()
             .any(|b| matches!(b, b'/' | b'?' | b'#' | b'@'))
@@ -66,6 +73,7 @@ impl Source {
         }
         Ok(Source {
             addr,
+            wire,
             authority: authority.to_owned(),
             target: format!(
                 "{}{}",
@@ -75,6 +83,26 @@ impl Source {
             token: spec.token.clone(),
         })
     }
+}
+
+/// The TLS wire to a source pinned by `pin` (PROTOCOL.md 1.1).
+#[cfg(feature = "tls")]
+fn wire(pin: Option<&str>) -> Result<http1::Wire, Error> {
+    let pin: stepshim_tls::Pin = pin
+        .ok_or_else(|| Error::BadRequest("an https:// source needs source_pin".into()))?
+        .parse()
+        .map_err(|_| Error::BadRequest("source_pin must be 64 hex digits".into()))?;
+    let config = stepshim_tls::client_config(pin)
+        .map_err(|e| Error::BadRequest(format!("source_pin: {e}")))?;
+    Ok(http1::Wire::Tls(config))
+}
+
+/// A build without TLS pulls only from `http://` sources.
+#[cfg(not(feature = "tls"))]
+fn wire(_pin: Option<&str>) -> Result<http1::Wire, Error> {
+    Err(Error::BadRequest(
+        "this stepshim was built without TLS: it pulls only from http:// sources".into(),
+    ))
 }
 
 /// The stream across connections, read by the extraction.
@@ -174,10 +202,18 @@ impl<'a> Fetch<'a> {
         }
         let pull = self.pull;
         let (a, auth) = (self.source.addr, &self.source.authority);
-        let resp = http1::get(a, auth, &target, &headers, self.s.idle, |tcp| {
+        let wire = &self.source.wire;
+        let resp = match http1::get(a, wire, auth, &target, &headers, self.s.idle, |tcp| {
             *pull.socket.lock().unwrap_or_else(|e| e.into_inner()) = tcp.try_clone().ok();
-        })
-        .map_err(|e| format!("requesting from {auth}: {e}"))?;
+        }) {
+            Ok(resp) => resp,
+            // Another key answered: retrying cannot change that.
+            Err(e) if http1::is_refusal(&e) => {
+                self.pull.lock().reached = true;
+                return Ok(Err(format!("refused the source {auth}: {e}")));
+            }
+            Err(e) => return Err(format!("requesting from {auth}: {e}")),
+        };
         self.pull.lock().reached = true;
         if resp.status != 200 {
             let status = resp.status;

@@ -6,6 +6,8 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
+#[cfg(feature = "tls")]
+use std::sync::Arc;
 use std::time::Duration;
 
 use protocol::http1::{AnswerError, AnswerReader, Event, Limits};
@@ -32,7 +34,7 @@ pub struct Response {
     pub etag: Option<String>,
     /// `X-Stepshim-Stream-Length`.
     pub stream_length: Option<u64>,
-    tcp: TcpStream,
+    conn: Conn,
     reader: AnswerReader,
     /// Bytes received; `buf[at..end]` not yet used.
     buf: Box<[u8]>,
@@ -40,33 +42,123 @@ pub struct Response {
     end: usize,
 }
 
+/// The connection: TCP, or TLS over it (PROTOCOL.md 1.1) for an `https://` source.
+enum Conn {
+    Plain(TcpStream),
+    #[cfg(feature = "tls")]
+    Tls(Box<stepshim_tls::rustls::StreamOwned<stepshim_tls::rustls::ClientConnection, TcpStream>>),
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Conn")
+    }
+}
+
+impl Conn {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Conn::Plain(t) => t,
+            #[cfg(feature = "tls")]
+            Conn::Tls(s) => &s.sock,
+        }
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Plain(t) => t.read(buf),
+            #[cfg(feature = "tls")]
+            Conn::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Conn::Plain(t) => t.write(buf),
+            #[cfg(feature = "tls")]
+            Conn::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Conn::Plain(t) => t.flush(),
+            #[cfg(feature = "tls")]
+            Conn::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// How a pull reaches its source: plain TCP, or TLS with this client configuration (the pin).
+#[derive(Debug, Clone)]
+pub enum Wire {
+    /// `http://`.
+    Plain,
+    /// `https://`, the source's key pinned.
+    #[cfg(feature = "tls")]
+    Tls(Arc<stepshim_tls::rustls::ClientConfig>),
+}
+
+/// Whether `e` is a refusal of the source's TLS identity (not the pinned key), which no retry
+/// can mend.
+pub fn is_refusal(e: &io::Error) -> bool {
+    #[cfg(feature = "tls")]
+    if let Some(stepshim_tls::rustls::Error::InvalidCertificate(_)) = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<stepshim_tls::rustls::Error>())
+    {
+        return true;
+    }
+    let _ = e;
+    false
+}
+
 /// Connects to `addr`, sends `GET target` with `headers` and reads the response head; every read
 /// and write may take at most `idle`. `on_connect` gets a handle that can shut the socket down
 /// (to cancel a pull blocked in a read).
 pub fn get(
     addr: SocketAddr,
+    wire: &Wire,
     authority: &str,
     target: &str,
     headers: &[(&str, &str)],
     idle: Duration,
     on_connect: impl FnOnce(&TcpStream),
 ) -> io::Result<Response> {
-    let mut tcp = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
+    let tcp = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
     on_connect(&tcp);
     tcp.set_read_timeout(Some(idle))?;
     tcp.set_write_timeout(Some(idle))?;
     let _ = tcp.set_nodelay(true);
+    let mut conn = match wire {
+        Wire::Plain => Conn::Plain(tcp),
+        #[cfg(feature = "tls")]
+        Wire::Tls(config) => {
+            let client = stepshim_tls::rustls::ClientConnection::new(
+                config.clone(),
+                stepshim_tls::server_name(),
+            )
+            .map_err(io::Error::other)?;
+            Conn::Tls(Box::new(stepshim_tls::rustls::StreamOwned::new(
+                client, tcp,
+            )))
+        }
+    };
     let mut head = format!("GET {target} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
-    tcp.write_all(head.as_bytes())?;
+    conn.write_all(head.as_bytes())?;
+    conn.flush()?;
     let mut r = Response {
         status: 0,
         etag: None,
         stream_length: None,
-        tcp,
+        conn,
         reader: AnswerReader::new(LIMITS, false),
         buf: vec![0; BUFFER].into_boxed_slice(),
         at: 0,
@@ -115,7 +207,7 @@ impl Response {
     fn fill(&mut self) -> io::Result<bool> {
         self.buf.copy_within(self.at..self.end, 0);
         (self.end, self.at) = (self.end - self.at, 0);
-        let n = self.tcp.read(&mut self.buf[self.end..])?;
+        let n = self.conn.read(&mut self.buf[self.end..])?;
         self.end += n;
         Ok(n > 0)
     }
@@ -149,6 +241,6 @@ impl Read for Response {
 
 impl Drop for Response {
     fn drop(&mut self) {
-        let _ = self.tcp.shutdown(Shutdown::Both);
+        let _ = self.conn.tcp().shutdown(Shutdown::Both);
     }
 }

@@ -84,6 +84,7 @@ pub fn grant(path: &Path, token: &str, ttl: u64, uses: Option<u64>) -> GrantRequ
 pub fn pull_spec(source: &str, path: &Path, token: &str, target: &Path) -> PullSpec {
     PullSpec {
         source: source.to_owned(),
+        source_pin: None,
         path: format!("{}/", path.display()),
         token: token.to_owned(),
         target: target.display().to_string(),
