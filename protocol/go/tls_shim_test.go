@@ -116,7 +116,7 @@ func TestRealTLSPullNamesTheSourcePin(t *testing.T) {
 	}
 	pull := func(id string, spec shim.PullSpec) (*shim.PullStatus, error) {
 		t.Helper()
-		spec.Path, spec.Token, spec.Target = srcRoot, token, filepath.Join(dstRoot, id)
+		spec.Path, spec.Token, spec.Target = srcRoot+"/", token, filepath.Join(dstRoot, id) // its contents
 		retries := uint32(1)
 		spec.ConnectRetries = &retries
 		if _, _, err := b.Client.Pull(ctx, id, spec, 30*time.Second); err != nil {
@@ -142,8 +142,8 @@ func TestRealTLSPullNamesTheSourcePin(t *testing.T) {
 	before := used()
 
 	p, err = pull("wrong", shim.PullSpec{Source: a.URL, SourcePin: b.Pin})
-	if err == nil || p.State != shim.PullFailed || p.Reached {
-		t.Fatalf("a pull naming another shim's pin: %+v, %v; want failed, never reached", p, err)
+	if err == nil || p.State != shim.PullFailed || !strings.Contains(p.Error, "pinned key") {
+		t.Fatalf("a pull naming another shim's pin: %+v, %v; want failed on the key", p, err)
 	}
 	if _, err := os.Stat(filepath.Join(dstRoot, "wrong")); !os.IsNotExist(err) {
 		t.Fatalf("the refused pull left its target: %v", err)
