@@ -151,13 +151,13 @@ type caseSpec struct {
 	AutomountServiceAccountToken bool                `json:"automountServiceAccountToken"`
 	ImagePullPolicy              corev1.PullPolicy   `json:"imagePullPolicy"`
 	Delivery                     struct {
-		InitContainer string  `json:"initContainer"`
-		ConfigMap     string  `json:"configMap"`
-		TLS           TLSMode `json:"tls"`
+		InitContainer string `json:"initContainer"`
+		ConfigMap     string `json:"configMap"`
 	} `json:"delivery"`
 }
 
-func (c caseSpec) spec(t *testing.T) StepSpec {
+// spec is the case's StepSpec, serving TLS iff the case gives a seed.
+func (c caseSpec) spec(t *testing.T, tls bool) StepSpec {
 	s := StepSpec{
 		Name: c.Name, Image: c.Image, Build: c.Build, Step: c.Step, Env: c.Env, CPU: c.CPU,
 		Memory: c.Memory, RunAsUser: c.RunAsUser, RunAsGroup: c.RunAsGroup, Privileged: c.Privileged,
@@ -169,8 +169,12 @@ func (c caseSpec) spec(t *testing.T) StepSpec {
 	} else {
 		s.Delivery = InitContainer(c.Delivery.InitContainer)
 	}
+	mode := TLSOff
+	if tls {
+		mode = TLSOn
+	}
 	var err error
-	if s.Delivery, err = s.Delivery.WithTLS(c.Delivery.TLS); err != nil {
+	if s.Delivery, err = s.Delivery.WithTLS(mode); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -190,7 +194,7 @@ func TestStepPodsMatchTheGoldenFiles(t *testing.T) {
 	deliveries := map[string]bool{}
 	for _, c := range cases.Cases {
 		t.Run(c.Name, func(t *testing.T) {
-			spec := c.Spec.spec(t)
+			spec := c.Spec.spec(t, c.TLSSeed != "")
 			if err := spec.Validate(); err != nil {
 				t.Fatal(err)
 			}

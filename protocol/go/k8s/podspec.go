@@ -170,18 +170,18 @@ func StepPod(spec StepSpec, worker string, auth PodAuth) *corev1.Pod {
 		}
 	}
 	volume, init := delivery(spec.Delivery)
-	env := []corev1.EnvVar{
-		{Name: EnvTokenSHA256, Value: auth.TokenSHA256},
-		{Name: EnvListen, Value: fmt.Sprintf("0.0.0.0:%d", ShimPort)},
-	}
+	// The shim's own settings (token hash, TLS seed, listen address), then the step's environment.
+	env := []corev1.EnvVar{{Name: EnvTokenSHA256, Value: auth.TokenSHA256}}
 	var scheme corev1.URIScheme // HTTP, left out as the golden files have it
 	if spec.Delivery.tls {
 		if auth.TLSSeed == "" {
 			panic("k8s: StepPod: a TLS delivery without PodAuth.TLSSeed (use AuthOf(token, true))")
 		}
 		env = append(env, corev1.EnvVar{Name: EnvTLSSeed, Value: auth.TLSSeed})
+		// The kubelet's HTTPS probe checks no certificate; it learns only that the shim serves.
 		scheme = corev1.URISchemeHTTPS
 	}
+	env = append(env, corev1.EnvVar{Name: EnvListen, Value: fmt.Sprintf("0.0.0.0:%d", ShimPort)})
 	for _, e := range spec.Env {
 		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
 	}
