@@ -1,9 +1,9 @@
 // The step pod: the user's image with stepshim as PID 1 of its main container, the shim delivered by
 // an init container (copying it out of the shim image into an emptyDir, the TLS build by default) or
 // by a ConfigMap (the plain build), a /healthz readiness probe (HTTPS for a TLS shim), and the pod's
-// labels, resources and security settings. It must stay the same pod
-// as the Rust controller's podspec::build_pod; podspec_test.go and controller/tests/golden.rs compare
-// both to protocol/testdata/steppod-*.json.
+// labels, resources and security settings. It must stay the same pod as the Rust controller's
+// podspec::build_pod; golden_test.go and controller/tests/golden.rs compare both to
+// protocol/testdata/steppod-*.json.
 
 package k8s
 
