@@ -24,6 +24,8 @@ pub const STEP_LABEL: &str = "org.concourse-ci.step";
 pub const SHIM_PORT: u16 = settings::PORT;
 /// Where the shim binary is mounted in the main container.
 pub const SHIM_DIR: &str = "/.stepshim";
+/// The step's container, where the shim is PID 1.
+pub const MAIN_CONTAINER: &str = "step";
 /// Key of the shim binary in the shim ConfigMap.
 pub const CONFIGMAP_KEY: &str = "stepshim";
 
@@ -81,6 +83,10 @@ pub struct StepSpec {
     pub image_pull_policy: Option<String>,
     /// Shim delivery.
     pub delivery: Delivery,
+    /// Whether the shim serves TLS (PROTOCOL.md 1.1): on by default with an init container
+    /// (the image carries `/stepshim-tls`), off with a ConfigMap (it holds the plain build). The
+    /// runtime derives the key's seed from the pod token for a pod that serves TLS.
+    pub tls: bool,
 }
 
 impl StepSpec {
@@ -103,6 +109,7 @@ impl StepSpec {
             service_account: None,
             automount_service_account_token: false,
             image_pull_policy: None,
+            tls: matches!(delivery, Delivery::InitContainer { .. }),
             delivery,
         }
     }
@@ -126,9 +133,21 @@ pub fn label_value(s: &str) -> String {
         .to_owned()
 }
 
-/// The pod for `spec`, owned by `worker`, whose shim accepts the token hashing to `token_sha256`.
-pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str) -> Pod {
-    let (volume, init) = delivery(&spec.delivery);
+/// Whether pod `pod`'s shim serves TLS: its main container's environment has the seed.
+pub fn serves_tls(pod: &Pod) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .filter(|c| c.name == MAIN_CONTAINER)
+        .flat_map(|c| c.env.iter().flatten())
+        .any(|e| e.name == settings::TLS_SEED)
+}
+
+/// The pod for `spec`, owned by `worker`, whose shim accepts the token hashing to `token_sha256`
+/// and, given `tls_seed` (hex, PROTOCOL.md 1.1), serves TLS only with that seed's key: the init
+/// container then installs `/stepshim-tls` and the readiness probe speaks HTTPS.
+pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str, tls_seed: Option<&str>) -> Pod {
+    let (volume, init) = delivery(&spec.delivery, tls_seed.is_some());
     Pod {
         metadata: metadata(spec, worker),
         spec: Some(PodSpec {
@@ -139,7 +158,7 @@ pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str) -> Pod {
             termination_grace_period_seconds: Some(15),
             enable_service_links: Some(false),
             init_containers: init.map(|c| vec![c]),
-            containers: vec![main_container(spec, token_sha256)],
+            containers: vec![main_container(spec, token_sha256, tls_seed)],
             volumes: Some(vec![volume]),
             node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
             tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
@@ -169,7 +188,7 @@ fn metadata(spec: &StepSpec, worker: &str) -> ObjectMeta {
 }
 
 /// The `stepshim` volume, and the init container that fills it when the shim comes from an image.
-fn delivery(delivery: &Delivery) -> (Volume, Option<Container>) {
+fn delivery(delivery: &Delivery, tls: bool) -> (Volume, Option<Container>) {
     match delivery {
         Delivery::InitContainer { image } => (
             Volume {
@@ -182,7 +201,7 @@ fn delivery(delivery: &Delivery) -> (Volume, Option<Container>) {
                 image: Some(image.clone()),
                 image_pull_policy: Some("IfNotPresent".into()),
                 command: Some(vec![
-                    "/stepshim".into(),
+                    if tls { "/stepshim-tls" } else { "/stepshim" }.into(),
                     "install".into(),
                     format!("{SHIM_DIR}/stepshim"),
                 ]),
@@ -215,19 +234,25 @@ fn delivery(delivery: &Delivery) -> (Volume, Option<Container>) {
 }
 
 /// The shim's own settings (token hash, listen address), then the step's environment.
-fn environment(spec: &StepSpec, token_sha256: &str) -> Vec<EnvVar> {
-    let mut env = vec![
-        EnvVar {
-            name: settings::TOKEN_SHA256.into(),
-            value: Some(token_sha256.into()),
-            ..Default::default()
-        },
+fn environment(spec: &StepSpec, token_sha256: &str, tls_seed: Option<&str>) -> Vec<EnvVar> {
+    let mut env = vec![EnvVar {
+        name: settings::TOKEN_SHA256.into(),
+        value: Some(token_sha256.into()),
+        ..Default::default()
+    }];
+    env.extend(tls_seed.map(|seed| EnvVar {
+        name: settings::TLS_SEED.into(),
+        value: Some(seed.into()),
+        ..Default::default()
+    }));
+    env.extend([
+
         EnvVar {
             name: settings::LISTEN.into(),
             value: Some(format!("0.0.0.0:{SHIM_PORT}")),
             ..Default::default()
         },
-    ];
+    ]);
     env.extend(spec.env.iter().map(|(k, v)| EnvVar {
         name: k.clone(),
         value: Some(v.clone()),
@@ -262,9 +287,9 @@ fn resources(spec: &StepSpec) -> Option<ResourceRequirements> {
 
 /// The step's container: its image with the shim as PID 1, the port, the readiness probe on
 /// `/healthz`, and the shim mounted read-only.
-fn main_container(spec: &StepSpec, token_sha256: &str) -> Container {
+fn main_container(spec: &StepSpec, token_sha256: &str, tls_seed: Option<&str>) -> Container {
     Container {
-        name: "step".into(),
+        name: MAIN_CONTAINER.into(),
         image: Some(spec.image.clone()),
         image_pull_policy: Some(
             spec.image_pull_policy
@@ -272,7 +297,7 @@ fn main_container(spec: &StepSpec, token_sha256: &str) -> Container {
                 .unwrap_or_else(|| "IfNotPresent".into()),
         ),
         command: Some(vec![format!("{SHIM_DIR}/stepshim")]),
-        env: Some(environment(spec, token_sha256)),
+        env: Some(environment(spec, token_sha256, tls_seed)),
         ports: Some(vec![ContainerPort {
             name: Some("stepshim".into()),
             container_port: SHIM_PORT.into(),
@@ -282,6 +307,8 @@ fn main_container(spec: &StepSpec, token_sha256: &str) -> Container {
             http_get: Some(HTTPGetAction {
                 path: Some(settings::PROBE_PATH.into()),
                 port: IntOrString::Int(SHIM_PORT.into()),
+                // The kubelet's HTTPS probe checks no certificate: what it learns is only ok.
+                scheme: tls_seed.map(|_| "HTTPS".into()),
                 ..Default::default()
             }),
             period_seconds: Some(1),

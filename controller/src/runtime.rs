@@ -194,8 +194,10 @@ impl Runtime {
 
     /// Creates the step pod for `spec`.
     pub async fn create(&self, spec: &StepSpec) -> Result<(), RuntimeError> {
-        let hash = protocol::token::sha256_hex(&self.token(&spec.name));
-        let pod = podspec::build_pod(spec, &self.worker, &hash);
+        let token = self.token(&spec.name);
+        let hash = protocol::token::sha256_hex(&token);
+        let seed = spec.tls.then(|| client::Seed::for_token(&token).to_hex());
+        let pod = podspec::build_pod(spec, &self.worker, &hash, seed.as_deref());
         self.pods.create(&PostParams::default(), &pod).await?;
         Ok(())
     }
@@ -238,18 +240,31 @@ impl Runtime {
         })
     }
 
-    /// A client for the shim of pod `name` at `ip`, straight to the pod IP.
-    pub fn shim_at(&self, name: &str, ip: &str) -> Result<ShimClient, RuntimeError> {
-        Ok(ShimClient::new(
-            &format!("http://{}", shim_addr(ip)),
-            Some(self.token(name)),
-        )?)
+    /// Whether the shim of pod `name` serves TLS, by the cached pod's spec (PROTOCOL.md 1.1).
+    fn serves_tls(&self, name: &str) -> bool {
+        self.watch
+            .get(name)
+            .is_some_and(|pod| podspec::serves_tls(&pod))
     }
 
-    /// A client for the shim of pod `name` through the apiserver's `pods/proxy`.
+    /// A client for the shim of pod `name` at `ip`, straight to the pod IP: over TLS with the key
+    /// derived from the pod's token pinned when the pod serves TLS.
+    pub fn shim_at(&self, name: &str, ip: &str) -> Result<ShimClient, RuntimeError> {
+        let token = self.token(name);
+        let addr = shim_addr(ip);
+        Ok(if self.serves_tls(name) {
+            let pin = client::Seed::for_token(&token).pin();
+            ShimClient::new_pinned(&format!("https://{addr}"), Some(token), pin)?
+        } else {
+            ShimClient::new(&format!("http://{addr}"), Some(token))?
+        })
+    }
+
+    /// A client for the shim of pod `name` through the apiserver's `pods/proxy` (its `https:`
+    /// form when the pod serves TLS).
     pub fn shim_proxy(&self, name: &str) -> Result<ShimClient, RuntimeError> {
         Ok(ShimClient::with_transport(
-            &via::proxy_base(&self.namespace, name),
+            &via::proxy_base(&self.namespace, name, self.serves_tls(name)),
             Some(self.token(name)),
             TokenHeader::Proxy,
             self.proxy.clone(),

@@ -35,8 +35,9 @@ pub enum Via {
 }
 
 /// The proxy path of a pod's shim: shim routes are appended to it.
-pub fn proxy_base(namespace: &str, pod: &str) -> String {
-    format!("/api/v1/namespaces/{namespace}/pods/{pod}:{SHIM_PORT}/proxy")
+pub fn proxy_base(namespace: &str, pod: &str, tls: bool) -> String {
+    let scheme = if tls { "https:" } else { "" };
+    format!("/api/v1/namespaces/{namespace}/pods/{scheme}{pod}:{SHIM_PORT}/proxy")
 }
 
 /// Whether `addr` accepts a TCP connection within `timeout` (the probe of [`Via::Auto`]).

@@ -79,6 +79,8 @@ struct Case {
     name: String,
     worker: String,
     token_sha256: String,
+    /// The TLS key's seed (hex): the pod serves TLS (PROTOCOL.md 1.1).
+    tls_seed: Option<String>,
     spec: SpecIn,
 }
 
@@ -158,7 +160,8 @@ fn step_pods_match_the_golden_files() {
     let mut failures = Vec::new();
     for case in cases.cases {
         let file = format!("steppod-{}.json", case.name);
-        let pod = build_pod(&case.spec.into_spec(), &case.worker, &case.token_sha256);
+        let seed = case.tls_seed.as_deref();
+        let pod = build_pod(&case.spec.into_spec(), &case.worker, &case.token_sha256, seed);
         let got = serde_json::to_value(&pod).unwrap();
         if updating() {
             write(&file, &got);

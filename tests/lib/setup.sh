@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the project's builds and tests need on a fresh machine of this project's kind, and
 # nothing already there: the musl target, rustfmt/clippy, cargo-fuzz, and the Debian packages the
-# tests call (util-linux for unshare, procps, file). Safe to run again; prints what it installs.
+# tests call (util-linux for unshare, procps, file, musl-tools for the TLS build's C). Safe to run
+# again; prints what it installs.
 set -euo pipefail
 
 log() { echo "setup: $*" >&2; }
@@ -20,7 +21,7 @@ for comp in rustfmt clippy; do
 done
 
 missing=()
-for pair in unshare:util-linux file:file ps:procps curl:curl; do
+for pair in unshare:util-linux file:file ps:procps curl:curl musl-gcc:musl-tools; do
   command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
 done
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -208,8 +208,10 @@ impl Scene {
         spec.step = Some("task".into());
         spec.node_selector
             .insert("kubernetes.io/hostname".into(), "nowhere".into());
-        let hash = protocol::token::sha256_hex(&self.key.token(&self.namespace, name));
-        let mut pod = build_pod(&spec, WORKER, &hash);
+        let token = self.key.token(&self.namespace, name);
+        let hash = protocol::token::sha256_hex(&token);
+        let seed = client::Seed::for_token(&token).to_hex();
+        let mut pod = build_pod(&spec, WORKER, &hash, Some(&seed));
         if let Some(s) = pod.spec.as_mut() {
             s.scheduler_name = Some(NO_SCHEDULER.into());
         }

@@ -155,6 +155,11 @@ pub struct RunArgs {
     /// `images/build-shim-image --push REPO` prints it). Required with `--delivery init`.
     #[arg(long, env = "STEPCTL_SHIM_IMAGE")]
     pub shim_image: Option<String>,
+    /// Plain HTTP to the shim with `--delivery init` (for a shim image without `/stepshim-tls`,
+    /// as 0.1.0 built them). Init-container delivery serves TLS 1.3 by default; ConfigMap
+    /// delivery never does (the ConfigMap holds the plain build).
+    #[arg(long)]
+    pub no_tls: bool,
     /// ConfigMap name for configmap delivery.
     #[arg(long, default_value = "stepshim")]
     pub configmap: String,

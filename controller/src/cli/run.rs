@@ -95,6 +95,7 @@ fn step_spec(args: &RunArgs, name: &str) -> Result<StepSpec> {
     step.memory = args.memory.clone();
     step.privileged = args.privileged;
     step.image_pull_policy = args.pull_policy.clone();
+    step.tls &= !args.no_tls;
     Ok(step)
 }
 

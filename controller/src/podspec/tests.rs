@@ -14,7 +14,7 @@ fn init_container_delivery_runs_the_shim_as_pid_1_of_the_user_image() {
     spec.build = Some("main/build #42".into());
     spec.env = vec![("CI".into(), "true".into())];
     spec.cpu = Some("250m".into());
-    let pod = build_pod(&spec, "worker-a", "abc123");
+    let pod = build_pod(&spec, "worker-a", "abc123", None);
     let labels = pod.metadata.labels.clone().unwrap();
     assert_eq!(labels[WORKER_LABEL], "worker-a");
     assert_eq!(labels[BUILD_LABEL], "main_build__42");
@@ -62,7 +62,7 @@ fn configmap_delivery_mounts_the_binary_executable() {
             name: "stepshim-bin".into(),
         },
     );
-    let ps = build_pod(&spec, "w", "h").spec.unwrap();
+    let ps = build_pod(&spec, "w", "h", None).spec.unwrap();
     assert!(ps.init_containers.is_none());
     let cm = ps.volumes.unwrap()[0].config_map.clone().unwrap();
     assert_eq!(cm.name, "stepshim-bin");
@@ -80,19 +80,19 @@ fn label_values_are_valid() {
 fn a_cpu_request_alone_sets_no_limit() {
     let mut spec = StepSpec::new("s", "busybox", Delivery::ConfigMap { name: "c".into() });
     spec.cpu_request = Some("100m".into());
-    let pod = build_pod(&spec, "w", "t");
+    let pod = build_pod(&spec, "w", "t", None);
     let r = pod.spec.unwrap().containers[0].resources.clone().unwrap();
     assert_eq!(r.requests.unwrap()["cpu"], Quantity("100m".into()));
     assert_eq!(r.limits, None);
     // With a memory limit, the CPU request still brings no CPU limit.
     spec.memory = Some("1Gi".into());
-    let pod = build_pod(&spec, "w", "t");
+    let pod = build_pod(&spec, "w", "t", None);
     let r = pod.spec.unwrap().containers[0].resources.clone().unwrap();
     assert_eq!(r.requests.unwrap().len(), 2);
     assert_eq!(r.limits.unwrap().keys().collect::<Vec<_>>(), ["memory"]);
     // `cpu` (request and limit) wins over a request alone.
     spec.cpu = Some("250m".into());
-    let pod = build_pod(&spec, "w", "t");
+    let pod = build_pod(&spec, "w", "t", None);
     let r = pod.spec.unwrap().containers[0].resources.clone().unwrap();
     assert_eq!(r.requests.unwrap()["cpu"], Quantity("250m".into()));
     assert_eq!(r.limits.unwrap()["cpu"], Quantity("250m".into()));
