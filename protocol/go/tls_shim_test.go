@@ -20,7 +20,8 @@ import (
 )
 
 // tlsShimBinary finds a stepshim built with TLS: $STEPSHIM_TLS_BIN; else $STEPSHIM_BIN when the
-// whole suite runs over TLS; else target/debug/stepshim-tls, where tests/run copies the build.
+// whole suite runs over TLS; else the first of target/debug/stepshim-tls (a debug build copied there)
+// and target/image/stepshim-tls (the image's, from images/build-shim-binary --tls).
 func tlsShimBinary(t *testing.T) string {
 	t.Helper()
 	if bin := os.Getenv("STEPSHIM_TLS_BIN"); bin != "" {
@@ -29,15 +30,21 @@ func tlsShimBinary(t *testing.T) string {
 	if testTLS() {
 		return shimBinary(t)
 	}
-	bin, err := filepath.Abs(filepath.Join("..", "..", "target", "debug", "stepshim-tls"))
-	if err != nil {
-		t.Fatal(err)
+	var tried []string
+	for _, dir := range []string{"debug", "image"} {
+		bin, err := filepath.Abs(filepath.Join("..", "..", "target", dir, "stepshim-tls"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(bin); err == nil {
+			return bin
+		}
+		tried = append(tried, bin)
 	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("no stepshim with TLS at %s (%v): run `cargo build -p stepshim --features tls && "+
-			"cp target/debug/stepshim target/debug/stepshim-tls` in the repository root, or set STEPSHIM_TLS_BIN", bin, err)
-	}
-	return bin
+	t.Fatalf("no stepshim with TLS at %s: run `cargo build -p stepshim --features tls && cp target/debug/stepshim "+
+		"target/debug/stepshim-tls` (or images/build-shim-binary --tls) in the repository root, or set STEPSHIM_TLS_BIN",
+		strings.Join(tried, " or "))
+	return ""
 }
 
 func startTLSShim(t *testing.T) *testShim {
