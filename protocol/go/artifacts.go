@@ -51,11 +51,15 @@ type Grant struct {
 
 // PullSpec is the body of PUT /v1/pulls/{id}.
 type PullSpec struct {
+	// Source is http://IP:PORT, or https://IP:PORT for a source serving TLS.
 	Source string `json:"source"`
-	Path   string `json:"path"`
-	Token  string `json:"token"`
-	Target string `json:"target"`
-	SHA256 string `json:"sha256,omitempty"`
+	// SourcePin is the TLS pin of an https source (TLSPin; Client.Pin of a client made by NewTLS),
+	// empty for an http one.
+	SourcePin string `json:"source_pin,omitempty"`
+	Path      string `json:"path"`
+	Token     string `json:"token"`
+	Target    string `json:"target"`
+	SHA256    string `json:"sha256,omitempty"`
 	// ConnectRetries, when set, bounds the retries (failed attempts after the first: 2 makes at
 	// most 3 attempts) before the source first answers (at most the shim's STEPSHIM_PULL_RETRIES,
 	// its default).
@@ -360,7 +364,8 @@ func (v *Volume) GetStreamInP2PURL(ctx context.Context, path string) (string, er
 
 // StreamP2POut streams path of this volume to the destination named by destURL: it grants the
 // destination shim read access to path for ten minutes, has it pull (identity on the wire whatever
-// compression says, see the file comment) and waits for the pull to end.
+// compression says, see the file comment) and waits for the pull to end. A source reached by NewTLS
+// is pulled over TLS with its pin.
 func (v *Volume) StreamP2POut(ctx context.Context, path, destURL string, compression Compression) error {
 	if compression != Identity && compression != Gzip && compression != "" {
 		return fmt.Errorf("%w: %q", ErrCompression, compression)
@@ -382,7 +387,8 @@ func (v *Volume) StreamP2POut(ctx context.Context, path, destURL string, compres
 	}
 	defer func() { _ = v.Client.RevokeGrant(context.WithoutCancel(ctx), g.ID) }()
 	id := "p2p-" + nonce
-	spec := PullSpec{Source: v.Client.BaseURL(), Path: src, Token: token, Target: strings.TrimSuffix(dest.Root, "/")}
+	spec := PullSpec{Source: v.Client.BaseURL(), SourcePin: v.Client.Pin(), Path: src, Token: token,
+		Target: strings.TrimSuffix(dest.Root, "/")}
 	if _, _, err := dest.Client.Pull(ctx, id, spec, 60*time.Second); err != nil {
 		return err
 	}

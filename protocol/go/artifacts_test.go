@@ -114,11 +114,8 @@ func TestGrantsAndResumedStreams(t *testing.T) {
 		t.Fatalf("a grant token on /v1/info: %v", err)
 	}
 	// Through a proxy that cuts every connection within 300 KB: one uninterrupted stream.
-	p := startProxy(t, s.URL[len("http://"):], 300_000)
-	via, err := shim.New(p.URL(), token)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startProxy(t, s, 300_000)
+	via := s.clientAt(t, p.Addr(), token)
 	rc, err := via.OpenFilesResumable(ctx, root+"/")
 	if err != nil {
 		t.Fatal(err)

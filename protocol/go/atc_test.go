@@ -129,11 +129,8 @@ func seqOutput(n int) []byte {
 func TestAttachResumesThroughCutConnections(t *testing.T) {
 	s := startShim(t)
 	ctx := testContext(t)
-	proxy := startProxy(t, strings.TrimPrefix(s.URL, "http://"), 4<<10, 64<<10, 1<<20+64<<10)
-	cut, err := shim.New(proxy.URL(), s.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy := startProxy(t, s, 4<<10, 64<<10, 1<<20+64<<10)
+	cut := s.clientAt(t, proxy.Addr(), s.Token)
 	cut.MinBackoff, cut.MaxBackoff = time.Millisecond, 20*time.Millisecond
 
 	const n = 300000
@@ -171,11 +168,8 @@ func TestStdinRetriesThroughCutConnections(t *testing.T) {
 	s := startShim(t)
 	ctx := testContext(t)
 	// Answers to stdin requests are ~200 bytes: most connections are cut before or inside the first.
-	proxy := startProxy(t, strings.TrimPrefix(s.URL, "http://"), 512)
-	cut, err := shim.New(proxy.URL(), s.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy := startProxy(t, s, 512)
+	cut := s.clientAt(t, proxy.Addr(), s.Token)
 	cut.MinBackoff, cut.MaxBackoff = time.Millisecond, 20*time.Millisecond
 
 	input := make([]byte, 256<<10)
@@ -225,10 +219,7 @@ func (s *smallReads) Read(p []byte) (int, error) { return s.r.Read(p[:min(len(p)
 func TestFollowResumesAfterIdleConnection(t *testing.T) {
 	s := startShim(t)
 	ctx := testContext(t)
-	c, err := shim.New(s.URL, s.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := s.clientAt(t, s.Addr, s.Token)
 	// Far below the shim's 10 s keepalive: every quiet spell looks like a dead connection.
 	c.FollowIdle = 100 * time.Millisecond
 	var out bytes.Buffer

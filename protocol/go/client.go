@@ -7,10 +7,10 @@ package shim
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -30,6 +30,8 @@ type Client struct {
 	token string
 	// viaProxy puts the token in ProxyTokenHeader instead of Authorization.
 	viaProxy bool
+	// pin is the shim's TLS pin for a client made by NewTLS, else empty.
+	pin string
 	// HTTP sends the requests. It must have no overall Timeout: output streams and waits are long.
 	HTTP *http.Client
 	// Backoff bounds the waits between retries of the resuming loops; zero values mean 50ms and 2s.
@@ -47,25 +49,45 @@ type Client struct {
 
 // New returns a Client for the shim at baseURL (e.g. "http://10.0.0.7:7777") presenting token.
 // Its HTTP client has no overall timeout, a dial timeout and TCP keepalives; Go sets TCP_NODELAY.
-// Answer heads are bounded by MaxHeaderBytes.
+// Answer heads are bounded by MaxHeaderBytes. A shim serving TLS is reached with NewTLS.
 func New(baseURL, token string) (*Client, error) {
+	u, err := parseBase(baseURL, "http")
+	if err != nil {
+		return nil, err
+	}
+	return &Client{base: u, token: token, HTTP: &http.Client{Transport: newTransport(nil)}}, nil
+}
+
+// parseBase checks a direct base URL: scheme://host:port with nothing after but an optional path.
+func parseBase(baseURL, scheme string) (*url.URL, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil {
 		return nil, fmt.Errorf("shim: base URL: %w", err)
 	}
-	if u.Scheme != "http" || u.Host == "" {
-		return nil, fmt.Errorf("shim: base URL %q: want http://host:port", baseURL)
+	if u.Scheme != scheme || u.Host == "" {
+		hint := ""
+		if u.Scheme == "https" {
+			hint = " (a TLS shim is reached with NewTLS and its pin)"
+		}
+		return nil, fmt.Errorf("shim: base URL %q: want %s://host:port%s", baseURL, scheme, hint)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
+	return u, nil
+}
+
+// newTransport is the transport of a direct client; tlsConfig is nil for plain HTTP. A transport
+// with its own TLS configuration speaks HTTP/1.1 only, as the shim does.
+func newTransport(tlsConfig *tls.Config) *http.Transport {
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 15 * time.Second}
-	transport := &http.Transport{
+	return &http.Transport{
 		DialContext:         dialer.DialContext,
+		TLSClientConfig:     tlsConfig,
+		TLSHandshakeTimeout: 10 * time.Second,
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
 		// Go's default is 10 MiB.
 		MaxResponseHeaderBytes: MaxHeaderBytes,
 	}
-	return &Client{base: u, token: token, HTTP: &http.Client{Transport: transport}}, nil
 }
 
 // NewViaProxy returns a Client that reaches the shim through a proxy: every request goes to baseURL
@@ -364,48 +386,4 @@ func (c *Client) Metrics(ctx context.Context) (string, error) {
 	defer resp.Body.Close()
 	b, err := c.readWhole(resp, "the metrics")
 	return string(b), err
-}
-
-// retry calls f until it succeeds, fails for good (see retryable) or ctx ends, waiting with
-// exponential backoff and jitter between attempts.
-func (c *Client) retry(ctx context.Context, f func() error) error {
-	var b backoff
-	for {
-		err := f()
-		if err == nil || !retryable(err) {
-			return err
-		}
-		if werr := b.wait(ctx, c); werr != nil {
-			return fmt.Errorf("%w (last error: %v)", werr, err)
-		}
-	}
-}
-
-// backoff is the wait between attempts of a retry loop: it doubles from MinBackoff to MaxBackoff, with
-// up to 50% jitter so that many clients of a restarted shim do not come back in step.
-type backoff struct{ next time.Duration }
-
-func (b *backoff) reset() { b.next = 0 }
-
-func (b *backoff) wait(ctx context.Context, c *Client) error {
-	lo, hi := c.MinBackoff, c.MaxBackoff
-	if lo <= 0 {
-		lo = 50 * time.Millisecond
-	}
-	if hi <= 0 {
-		hi = 2 * time.Second
-	}
-	if b.next < lo {
-		b.next = lo
-	}
-	d := b.next/2 + rand.N(b.next/2+1)
-	b.next = min(2*b.next, hi)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

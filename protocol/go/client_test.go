@@ -46,11 +46,8 @@ func TestUnauthorized(t *testing.T) {
 	s := startShim(t)
 	ctx := testContext(t)
 	for _, token := range []string{"wrong", ""} {
-		c, err := shim.New(s.URL, token)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = c.Info(ctx)
+		c := s.clientAt(t, s.Addr, token)
+		_, err := c.Info(ctx)
 		var apiErr *shim.APIError
 		if !errors.As(err, &apiErr) || apiErr.Status != 401 || apiErr.Code != shim.CodeUnauthorized || !shim.IsUnauthorized(err) {
 			t.Fatalf("token %q: info error = %v, want 401 unauthorized", token, err)

@@ -11,6 +11,11 @@
 //     [ProcessSpec] and a [ProcessIO] of plain readers and writers and give back a [Process] whose Wait
 //     answers the exit status once every byte of output has been written.
 //
+// A shim serves plain HTTP ([New]) or, given a TLS seed, TLS 1.3 only ([NewTLS]): the client pins
+// the shim's Ed25519 key instead of trusting any certificate authority. A controller derives the
+// seed from the pod token ([TLSSeed], for STEPSHIM_TLS_SEED) and the pin from the seed ([TLSPin],
+// [TLSPinOfToken]); [PinnedTLSConfig] is the handshake's configuration for other HTTP stacks.
+//
 // Errors the shim answers are [*APIError]; use [IsNotFound], [IsConflict], [IsUnauthorized],
 // [HasCode] or errors.Is with [ErrExecutableNotFound] to tell them apart. An answer past one of this
 // client's bounds is a [*LimitError] (errors.Is with [ErrAnswerTooLarge]) and is never retried.
@@ -19,6 +24,8 @@
 // # Layout
 //
 //   - client.go: Client, request plumbing and the one-request routes.
+//   - retry.go: the retry loop and its backoff.
+//   - tls.go: TLSSeed, TLSPin, PinnedTLSConfig and NewTLS (PROTOCOL.md 1.1).
 //   - types.go: the JSON bodies of PROTOCOL.md section 4.
 //   - errors.go: APIError, error codes and the functions that classify errors.
 //   - limits.go: the bounds on every answer read (JSON, error bodies, drains, heads) and LimitError.

@@ -115,9 +115,10 @@ func IsExecutableNotFound(err error) bool { return errors.Is(err, ErrExecutableN
 
 // retryable reports whether a loop that can safely repeat its request should do so after err: any
 // transport error, and 5xx answers (the shim failing or out of a resource). Answers the shim gave
-// deliberately (4xx) and the end of the context are final.
+// deliberately (4xx), a peer whose TLS key is not the pinned one (another pod now holds the address,
+// or something impersonates the shim) and the end of the context are final.
 func retryable(err error) bool {
-	if err == nil || errors.Is(err, ErrShimRestarted) ||
+	if err == nil || errors.Is(err, ErrShimRestarted) || errors.Is(err, ErrPinMismatch) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}

@@ -1,5 +1,7 @@
 // Test harness: starts the real stepshim binary built by cargo on 127.0.0.1:0, a TCP proxy that cuts
-// connections mid-response, and small helpers for polling with deadlines.
+// connections mid-response, and small helpers for polling with deadlines. With STEPSHIM_TEST_TLS=1
+// every shim serves TLS (PROTOCOL.md 1.1) with the seed of its token and every client pins it, so
+// the whole suite runs over TLS against a build with TLS (tests/run does both).
 
 package shim_test
 
@@ -9,10 +11,12 @@ import (
 	"context"
 	crand "crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,10 +32,47 @@ import (
 )
 
 type testShim struct {
-	URL    string
-	Token  string
+	// URL is http://Addr, or https://Addr for a shim serving TLS.
+	URL   string
+	Addr  string
+	Token string
+	// Pin is the shim's TLS pin, empty for a plain shim.
+	Pin    string
 	Client *shim.Client
 }
+
+// clientAt is a client for this shim reached at addr (the shim's or a proxy's) presenting token: over
+// TLS with the shim's pin when it serves TLS.
+func (s *testShim) clientAt(t *testing.T, addr, token string) *shim.Client {
+	t.Helper()
+	var c *shim.Client
+	var err error
+	if s.Pin != "" {
+		c, err = shim.NewTLS("https://"+addr, token, s.Pin)
+	} else {
+		c, err = shim.New("http://"+addr, token)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// httpClient is a bare HTTP client for this shim, pinning it when it serves TLS.
+func (s *testShim) httpClient(t *testing.T) *http.Client {
+	t.Helper()
+	if s.Pin == "" {
+		return http.DefaultClient
+	}
+	cfg, err := shim.PinnedTLSConfig(s.Pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
+}
+
+// testTLS says whether startShim serves TLS: STEPSHIM_TEST_TLS=1.
+func testTLS() bool { return os.Getenv("STEPSHIM_TEST_TLS") == "1" }
 
 var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;]*m")
 
@@ -53,10 +94,17 @@ func shimBinary(t *testing.T) string {
 	return bin
 }
 
-// startShim runs the shim with a random token until the end of the test.
+// startShim runs the shim with a random token until the end of the test, serving TLS when
+// STEPSHIM_TEST_TLS=1.
 func startShim(t *testing.T) *testShim {
 	t.Helper()
-	bin := shimBinary(t)
+	return launchShim(t, shimBinary(t), testTLS())
+}
+
+// launchShim runs bin with a random token until the end of the test; with tls, it serves TLS with the
+// token's seed (PROTOCOL.md 1.1) and the client pins it.
+func launchShim(t *testing.T, bin string, tls bool) *testShim {
+	t.Helper()
 	var raw [32]byte
 	_, _ = crand.Read(raw[:])
 	token := hex.EncodeToString(raw[:])
@@ -79,6 +127,10 @@ func startShim(t *testing.T) *testShim {
 		"STEPSHIM_GRACE_SECONDS=1",
 		"NO_COLOR=1",
 	)
+	if tls {
+		seed := shim.TLSSeed(token)
+		cmd.Env = append(cmd.Env, "STEPSHIM_TLS_SEED="+hex.EncodeToString(seed[:]))
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -136,12 +188,12 @@ func startShim(t *testing.T) *testShim {
 			t.Fatal("stepshim wrote no ready file within 15s")
 		}
 	}
-	url := "http://" + addr
-	c, err := shim.New(url, token)
-	if err != nil {
-		t.Fatal(err)
+	s := &testShim{URL: "http://" + addr, Addr: addr, Token: token}
+	if tls {
+		s.URL, s.Pin = "https://"+addr, shim.TLSPinOfToken(token)
 	}
-	return &testShim{URL: url, Token: token, Client: c}
+	s.Client = s.clientAt(t, addr, token)
+	return s
 }
 
 // ctx is a context for one test, bounded so that a hang fails instead of stalling CI.
@@ -185,29 +237,54 @@ func (b *syncBuffer) String() string {
 // the target's answers, usually in the middle of a frame or a header: within the first bound bytes,
 // for a bound picked at random from bounds. Following output needs a bound over 1 MiB + headers, so
 // that a connection can carry a frame of the largest size whole; otherwise a resume at such a frame
-// could never make progress.
+// could never make progress. For a TLS shim the bytes of its handshake come first, so the bounds count
+// from the end of the handshake (and count the records' overhead with the answer).
 type cutProxy struct {
 	ln     net.Listener
 	target string
 	bounds []int
-	cuts   atomic.Int64
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
+	// skip is the size of the shim's side of a handshake, not counted against the bound.
+	skip  int64
+	cuts  atomic.Int64
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
 }
 
-func startProxy(t *testing.T, target string, bounds ...int) *cutProxy {
+func startProxy(t *testing.T, s *testShim, bounds ...int) *cutProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{ln: ln, target: target, bounds: bounds, conns: map[net.Conn]struct{}{}}
+	p := &cutProxy{ln: ln, target: s.Addr, bounds: bounds, conns: map[net.Conn]struct{}{}}
+	if s.Pin != "" {
+		p.skip = handshakeBytes(t, s)
+	}
 	go p.serve()
 	t.Cleanup(p.close)
 	return p
 }
 
-func (p *cutProxy) URL() string { return "http://" + p.ln.Addr().String() }
+// handshakeBytes is how many bytes the TLS shim s sends in a handshake with its pinned client.
+func handshakeBytes(t *testing.T, s *testShim) int64 {
+	t.Helper()
+	raw, err := net.Dial("tcp", s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	cfg, err := shim.PinnedTLSConfig(s.Pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read atomic.Int64
+	if err := tls.Client(&countingConn{Conn: raw, read: &read}, cfg).Handshake(); err != nil {
+		t.Fatalf("a TLS handshake with the shim: %v", err)
+	}
+	return read.Load()
+}
+
+func (p *cutProxy) Addr() string { return p.ln.Addr().String() }
 
 func (p *cutProxy) track(c net.Conn, add bool) {
 	p.mu.Lock()
@@ -256,7 +333,7 @@ func (p *cutProxy) forward(client net.Conn) {
 		_, _ = io.Copy(server, client)
 		_ = server.Close()
 	}()
-	limit := int64(1 + rand.N(p.bounds[rand.N(len(p.bounds))]))
+	limit := p.skip + int64(1+rand.N(p.bounds[rand.N(len(p.bounds))]))
 	n, _ := io.Copy(client, io.LimitReader(server, limit))
 	if n == limit {
 		p.cuts.Add(1)

@@ -22,7 +22,7 @@ func TestWireEdges(t *testing.T) {
 			t.Fatal(err)
 		}
 		req.Header.Set("Authorization", "Bearer "+s.Token)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := s.httpClient(t).Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

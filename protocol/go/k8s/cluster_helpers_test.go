@@ -1,7 +1,8 @@
 //go:build cluster
 
 // Helpers of cluster_test.go: the environment the wrapper passes, a connection counting the worker's
-// pod requests, the state carried across the restart, and process and tar helpers.
+// pod requests, the state carried across the restart, process and tar helpers, and the TLS and P2P
+// checks.
 
 package k8s
 
@@ -9,14 +10,20 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -28,6 +35,18 @@ import (
 // shim ConfigMap and the file carrying state from TestKitStart to TestKitResume.
 type kitEnv struct {
 	kubeconfig, namespace, keyFile, stepImage, shimImage, configMap, state string
+	// tls is STEPSHIM_KIT_TLS: empty or "on" (the default: the image's TLS build), "off" for a shim
+	// image without /stepshim-tls.
+	tls TLSMode
+}
+
+// image is the init-container delivery of the shim image, with TLS as the environment says.
+func (e kitEnv) image(t *testing.T) Delivery {
+	d, err := InitContainer(e.shimImage).WithTLS(e.tls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 func readEnv(t *testing.T) kitEnv {
@@ -43,7 +62,7 @@ func readEnv(t *testing.T) kitEnv {
 		kubeconfig: get("STEPSHIM_KIT_KUBECONFIG"), namespace: get("STEPSHIM_KIT_NAMESPACE"),
 		keyFile: get("STEPSHIM_KIT_KEY"), stepImage: get("STEPSHIM_KIT_STEP_IMAGE"),
 		shimImage: get("STEPSHIM_KIT_SHIM_IMAGE"), configMap: get("STEPSHIM_KIT_CONFIGMAP"),
-		state: get("STEPSHIM_KIT_STATE"),
+		state: get("STEPSHIM_KIT_STATE"), tls: TLSMode(os.Getenv("STEPSHIM_KIT_TLS")),
 	}
 	if len(missing) > 0 {
 		t.Fatalf("the cluster test needs %s (tests/cluster/tests.d/30-go-kit sets them)", strings.Join(missing, ", "))
@@ -164,4 +183,75 @@ func untar(t *testing.T, r io.Reader) map[string]string {
 		}
 		out[strings.TrimPrefix(h.Name, "./")] = string(b)
 	}
+}
+
+// checkTLS checks what the pin of pod name's TLS shim at ip refuses: plain HTTP, and the pin of
+// another pod (the worker's own client, with the right pin, already answered).
+func checkTLS(t *testing.T, ctx context.Context, w *Worker, name, ip string) {
+	t.Helper()
+	addr := net.JoinHostPort(ip, strconv.Itoa(ShimPort))
+	plain, err := shim.New("http://"+addr, w.Token(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.Info(ctx); err == nil || shim.IsUnauthorized(err) {
+		t.Fatalf("plain HTTP to a TLS shim: want the connection closed, got %v", err)
+	}
+	other, err := shim.NewTLS("https://"+addr, w.Token(name), w.Pin("some-other-pod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Info(ctx); !errors.Is(err, shim.ErrPinMismatch) {
+		t.Fatalf("another pod's pin: want shim.ErrPinMismatch, got %v", err)
+	}
+	ok("TLS: the pod's pin answers; plain HTTP gets its connection closed; another pod's pin is refused")
+}
+
+// copyP2P has pod peer pull /build/out/ of src's pod (whose bin.dat holds data) with the kit's P2P
+// pair, and checks the copy in peer; for a TLS source, a pull naming the wrong pin must fail.
+func copyP2P(t *testing.T, ctx context.Context, w *Worker, src *shim.Client, peer string, data []byte) {
+	t.Helper()
+	if _, err := w.WaitReady(ctx, peer); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := w.Connect(ctx, peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &shim.Volume{Client: dst, Root: "/tmp/p2p"}
+	url, err := in.GetStreamInP2PURL(ctx, "copy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &shim.Volume{Client: src, Root: "/build/out"}
+	if err := out.StreamP2POut(ctx, ".", url, shim.Identity); err != nil {
+		t.Fatalf("P2P copy to %s: %v", peer, err)
+	}
+	sum := sha256.Sum256(data)
+	got, _, status := run(t, ctx, dst, nil, "sha256sum", "/tmp/p2p/copy/bin.dat")
+	if status != 0 || !strings.HasPrefix(got, hex.EncodeToString(sum[:])) {
+		t.Fatalf("P2P copy in %s: %q, status %d", peer, got, status)
+	}
+	pulls, err := dst.Pulls(ctx)
+	if err != nil || len(pulls) != 1 {
+		t.Fatalf("pulls of %s: %v, %v", peer, pulls, err)
+	}
+	ok("P2P: %s pulled %d bytes from %s and they hash as sent", peer, pulls[0].Bytes, pulls[0].Source)
+	if src.Pin() == "" {
+		return
+	}
+	token, g, err := src.Grant(ctx, "/build/out", time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = src.RevokeGrant(ctx, g.ID) }()
+	spec := shim.PullSpec{Source: src.BaseURL(), SourcePin: w.Pin(peer), Path: "/build/out", Token: token, Target: "/tmp/p2p/wrong"}
+	if _, _, err := dst.Pull(ctx, "wrong-pin", spec, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p, err := dst.WaitPull(ctx, "wrong-pin")
+	if err == nil || p.State != shim.PullFailed {
+		t.Fatalf("a pull naming the wrong pin: %+v, %v", p, err)
+	}
+	ok("P2P over TLS: a pull naming another pod's pin fails: %s", p.Error)
 }

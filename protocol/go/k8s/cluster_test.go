@@ -67,12 +67,13 @@ func TestKitStart(t *testing.T) {
 	ok("check: pods get/list/watch/create/delete allowed, pods/exec, attach, portforward not (apiserver %s)", h.ServerVersion)
 
 	main := StepSpec{Name: "kit-main", Image: e.stepImage, Build: "go-kit", Step: "main",
-		Delivery: InitContainer(e.shimImage), Env: []EnvVar{{Name: "KIT", Value: "yes"}}}
+		Delivery: e.image(t), Env: []EnvVar{{Name: "KIT", Value: "yes"}}}
+	peer := StepSpec{Name: "kit-peer", Image: e.stepImage, Delivery: e.image(t)}
 	noImage := StepSpec{Name: "kit-noimage", Image: "stepshim.local/does-not-exist:1",
-		ImagePullPolicy: "Never", Delivery: InitContainer(e.shimImage)}
-	unschedulable := StepSpec{Name: "kit-unschedulable", Image: e.stepImage, Delivery: InitContainer(e.shimImage),
+		ImagePullPolicy: "Never", Delivery: e.image(t)}
+	unschedulable := StepSpec{Name: "kit-unschedulable", Image: e.stepImage, Delivery: e.image(t),
 		NodeSelector: map[string]string{"stepshim.dev/no-such-node": "true"}}
-	for _, s := range []StepSpec{main, noImage, unschedulable} {
+	for _, s := range []StepSpec{main, peer, noImage, unschedulable} {
 		pod, err := w.Create(ctx, s)
 		if err != nil {
 			t.Fatalf("create %s: %v", s.Name, err)
@@ -81,8 +82,11 @@ func TestKitStart(t *testing.T) {
 		if want := TokenSHA256(w.Token(s.Name)); !bytes.Contains(raw, []byte(want)) || bytes.Contains(raw, []byte(w.Token(s.Name))) {
 			t.Fatalf("pod %s as stored: want the token's hash and never the token", s.Name)
 		}
+		if PodTLS(pod) != s.Delivery.TLS() {
+			t.Fatalf("pod %s as stored: TLS %v, want %v", s.Name, PodTLS(pod), s.Delivery.TLS())
+		}
 	}
-	ok("created 3 pods; as stored they carry each token's SHA-256 and never the token")
+	ok("created 4 pods; as stored they carry each token's SHA-256 and never the token (TLS seed: %v)", main.Delivery.TLS())
 
 	start := time.Now()
 	var stages []string
@@ -118,6 +122,9 @@ func TestKitStart(t *testing.T) {
 	c, err := w.Connect(ctx, main.Name)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if main.Delivery.TLS() {
+		checkTLS(t, ctx, w, main.Name, ip)
 	}
 	out, errOut, status := run(t, ctx, c, nil, "sh", "-c", `echo "to-out $KIT"; echo to-err >&2; exit 7`)
 	if out != "to-out yes\n" || errOut != "to-err\n" || status != 7 {
@@ -169,6 +176,8 @@ func TestKitStart(t *testing.T) {
 	}
 	ok("files out: a tar of the pod's files (%d KiB) arrived intact", size>>10)
 
+	copyP2P(t, ctx, w, c, peer.Name, in)
+
 	if _, err := c.Run(ctx, "ticker", tickerSpec); err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +198,7 @@ func TestKitStart(t *testing.T) {
 		t.Fatalf("following the ticker: %v", err)
 	}
 	st := state{Pod: main.Name, Process: "ticker", Offset: offset, Output: printed.String(),
-		Others: []string{noImage.Name, unschedulable.Name}}
+		Others: []string{peer.Name, noImage.Name, unschedulable.Name}}
 	b, _ := json.Marshal(st)
 	if err := os.WriteFile(e.state, b, 0o600); err != nil {
 		t.Fatal(err)
@@ -221,10 +230,11 @@ func TestKitResume(t *testing.T) {
 
 	other, _ := NewKey(bytes.Repeat([]byte{1}, 32))
 	pod := w.Get(st.Pod)
-	wrong, err := shim.New(fmt.Sprintf("http://%s:%d", pod.Status.PodIP, ShimPort), other.Token(e.namespace, st.Pod))
+	wrong, err := w.ShimAt(st.Pod, pod.Status.PodIP, PodTLS(pod))
 	if err != nil {
 		t.Fatal(err)
 	}
+	wrong = wrong.WithGrantToken(other.Token(e.namespace, st.Pod))
 	if _, err := wrong.Info(ctx); !shim.IsUnauthorized(err) {
 		t.Fatalf("a token of another key: want 401, got %v", err)
 	}
@@ -262,7 +272,10 @@ func TestKitResume(t *testing.T) {
 	if out, _, status := run(t, ctx, cc, nil, "sh", "-c", "echo via-configmap"); out != "via-configmap\n" || status != 0 {
 		t.Fatalf("configmap delivery: %q, status %d", out, status)
 	}
-	ok("ConfigMap delivery: %s ready, ran a process", cm.Name)
+	if PodTLS(w.Get(cm.Name)) || !strings.HasPrefix(cc.BaseURL(), "http://") {
+		t.Fatalf("configmap delivery: TLS %v, client %s; want the plain build", PodTLS(w.Get(cm.Name)), cc.BaseURL())
+	}
+	ok("ConfigMap delivery: %s ready (plain HTTP), ran a process", cm.Name)
 
 	deleted, err := w.GC(ctx, []string{st.Pod}, time.Hour)
 	if err != nil || len(deleted) != 0 {

@@ -156,7 +156,8 @@ type caseSpec struct {
 	} `json:"delivery"`
 }
 
-func (c caseSpec) spec() StepSpec {
+// spec is the case's StepSpec, serving TLS iff the case gives a seed.
+func (c caseSpec) spec(t *testing.T, tls bool) StepSpec {
 	s := StepSpec{
 		Name: c.Name, Image: c.Image, Build: c.Build, Step: c.Step, Env: c.Env, CPU: c.CPU,
 		Memory: c.Memory, RunAsUser: c.RunAsUser, RunAsGroup: c.RunAsGroup, Privileged: c.Privileged,
@@ -168,6 +169,14 @@ func (c caseSpec) spec() StepSpec {
 	} else {
 		s.Delivery = InitContainer(c.Delivery.InitContainer)
 	}
+	mode := TLSOff
+	if tls {
+		mode = TLSOn
+	}
+	var err error
+	if s.Delivery, err = s.Delivery.WithTLS(mode); err != nil {
+		t.Fatal(err)
+	}
 	return s
 }
 
@@ -177,6 +186,7 @@ func TestStepPodsMatchTheGoldenFiles(t *testing.T) {
 			Name        string   `json:"name"`
 			Worker      string   `json:"worker"`
 			TokenSHA256 string   `json:"tokenSha256"`
+			TLSSeed     string   `json:"tlsSeed"`
 			Spec        caseSpec `json:"spec"`
 		} `json:"cases"`
 	}
@@ -184,12 +194,12 @@ func TestStepPodsMatchTheGoldenFiles(t *testing.T) {
 	deliveries := map[string]bool{}
 	for _, c := range cases.Cases {
 		t.Run(c.Name, func(t *testing.T) {
-			spec := c.Spec.spec()
+			spec := c.Spec.spec(t, c.TLSSeed != "")
 			if err := spec.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			deliveries[spec.Delivery.String()[:4]] = true
-			got := asJSON(t, StepPod(spec, c.Worker, c.TokenSHA256))
+			deliveries[fmt.Sprintf("%s, TLS %v", spec.Delivery.String()[:4], spec.Delivery.TLS())] = true
+			got := asJSON(t, StepPod(spec, c.Worker, PodAuth{TokenSHA256: c.TokenSHA256, TLSSeed: c.TLSSeed}))
 			var want any
 			testdata(t, "steppod-"+c.Name+".json", &want)
 			dropEmpties(got)
@@ -201,8 +211,8 @@ func TestStepPodsMatchTheGoldenFiles(t *testing.T) {
 			}
 		})
 	}
-	if len(deliveries) != 2 {
-		t.Errorf("the cases cover %v, want both deliveries", deliveries)
+	if len(deliveries) != 3 {
+		t.Errorf("the cases cover %v, want both deliveries and the init container with and without TLS", deliveries)
 	}
 }
 

@@ -1,8 +1,9 @@
 // The step pod: the user's image with stepshim as PID 1 of its main container, the shim delivered by
-// an init container (copying it out of the shim image into an emptyDir) or by a ConfigMap, a /healthz
-// readiness probe, and the pod's labels, resources and security settings. It must stay the same pod
-// as the Rust controller's podspec::build_pod; podspec_test.go and controller/tests/golden.rs compare
-// both to protocol/testdata/steppod-*.json.
+// an init container (copying it out of the shim image into an emptyDir, the TLS build by default) or
+// by a ConfigMap (the plain build), a /healthz readiness probe (HTTPS for a TLS shim), and the pod's
+// labels, resources and security settings. It must stay the same pod as the Rust controller's
+// podspec::build_pod; golden_test.go and controller/tests/golden.rs compare both to
+// protocol/testdata/steppod-*.json.
 
 package k8s
 
@@ -34,29 +35,42 @@ const (
 	EnvTokenSHA256 = "STEPSHIM_TOKEN_SHA256"
 	// EnvListen is the shim's listen address.
 	EnvListen = "STEPSHIM_LISTEN"
+	// EnvTLSSeed carries the hex seed of the shim's TLS key (PROTOCOL.md 1.1); a pod's shim serves TLS
+	// iff its main container has it.
+	EnvTLSSeed = "STEPSHIM_TLS_SEED"
 	// ProbePath is the shim's unauthenticated liveness route, used by the readiness probe.
 	ProbePath = "/healthz"
+	// MainContainer is the name of the container whose PID 1 is the shim.
+	MainContainer = "step"
+	// PlainBinary and TLSBinary are the shim image's two builds: plain HTTP, and TLS.
+	PlainBinary = "/stepshim"
+	TLSBinary   = "/stepshim-tls"
 )
 
-// Delivery says how the shim binary reaches the main container. Build one with InitContainer or
-// FromConfigMap; the zero value is invalid.
+// Delivery says how the shim binary reaches the main container, and whether it serves TLS. Build one
+// with InitContainer or FromConfigMap (then WithTLS); the zero value is invalid.
 type Delivery struct {
 	initImage string
 	configMap string
+	tls       bool
 }
 
-// InitContainer delivers the shim by an init container from image (FROM scratch plus /stepshim)
-// running "/stepshim install" into an emptyDir.
-func InitContainer(image string) Delivery { return Delivery{initImage: image} }
+// InitContainer delivers the shim by an init container from image (FROM scratch plus /stepshim and
+// /stepshim-tls) running "/stepshim-tls install" into an emptyDir: the shim serves TLS. For an image
+// without /stepshim-tls (older releases), turn TLS off with WithTLS(TLSOff).
+func InitContainer(image string) Delivery { return Delivery{initImage: image, tls: true} }
 
 // FromConfigMap delivers the shim from the ConfigMap name holding the binary under the key "stepshim"
-// (see `stepctl manifests --shim-configmap`).
+// (see `stepctl manifests --shim-configmap`). That is the small plain build: the shim serves HTTP.
 func FromConfigMap(name string) Delivery { return Delivery{configMap: name} }
 
 // String names the delivery as a log line would.
 func (d Delivery) String() string {
 	if d.configMap != "" {
 		return "configmap " + d.configMap
+	}
+	if !d.tls {
+		return "init container " + d.initImage + " (plain HTTP)"
 	}
 	return "init container " + d.initImage
 }
@@ -129,8 +143,10 @@ func (s StepSpec) Validate() error {
 		return fmt.Errorf("k8s: step spec without a pod name")
 	case s.Image == "":
 		return fmt.Errorf("k8s: step spec %s without an image", s.Name)
-	case s.Delivery == Delivery{}:
+	case s.Delivery.initImage == "" && s.Delivery.configMap == "":
 		return fmt.Errorf("k8s: step spec %s without a shim delivery (use InitContainer or FromConfigMap)", s.Name)
+	case s.Delivery.tls && s.Delivery.configMap != "":
+		return fmt.Errorf("k8s: step spec %s: %w", s.Name, errConfigMapTLS)
 	}
 	for what, q := range map[string]string{"cpu": s.CPU, "memory": s.Memory} {
 		if _, err := resource.ParseQuantity(q); q != "" && err != nil {
@@ -140,9 +156,11 @@ func (s StepSpec) Validate() error {
 	return nil
 }
 
-// StepPod is the pod for spec, owned by worker, whose shim accepts the token hashing to tokenSHA256
-// (see Key.TokenSHA256). It panics on a spec that Validate rejects; Worker.Create validates first.
-func StepPod(spec StepSpec, worker, tokenSHA256 string) *corev1.Pod {
+// StepPod is the pod for spec, owned by worker, whose shim accepts the token hashing to
+// auth.TokenSHA256 and, when spec.Delivery serves TLS, holds the key of auth.TLSSeed (AuthOf makes
+// both of a token). It panics on a spec that Validate rejects, or on a TLS delivery without a seed;
+// Worker.Create validates first.
+func StepPod(spec StepSpec, worker string, auth PodAuth) *corev1.Pod {
 	labels := map[string]string{WorkerLabel: LabelValue(worker)}
 	annotations := map[string]string{}
 	for _, kv := range [][2]string{{BuildLabel, spec.Build}, {StepLabel, spec.Step}} {
@@ -152,10 +170,18 @@ func StepPod(spec StepSpec, worker, tokenSHA256 string) *corev1.Pod {
 		}
 	}
 	volume, init := delivery(spec.Delivery)
-	env := []corev1.EnvVar{
-		{Name: EnvTokenSHA256, Value: tokenSHA256},
-		{Name: EnvListen, Value: fmt.Sprintf("0.0.0.0:%d", ShimPort)},
+	// The shim's own settings (token hash, TLS seed, listen address), then the step's environment.
+	env := []corev1.EnvVar{{Name: EnvTokenSHA256, Value: auth.TokenSHA256}}
+	var scheme corev1.URIScheme // HTTP, left out as the golden files have it
+	if spec.Delivery.tls {
+		if auth.TLSSeed == "" {
+			panic("k8s: StepPod: a TLS delivery without PodAuth.TLSSeed (use AuthOf(token, true))")
+		}
+		env = append(env, corev1.EnvVar{Name: EnvTLSSeed, Value: auth.TLSSeed})
+		// The kubelet's HTTPS probe checks no certificate; it learns only that the shim serves.
+		scheme = corev1.URISchemeHTTPS
 	}
+	env = append(env, corev1.EnvVar{Name: EnvListen, Value: fmt.Sprintf("0.0.0.0:%d", ShimPort)})
 	for _, e := range spec.Env {
 		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
 	}
@@ -164,7 +190,7 @@ func StepPod(spec StepSpec, worker, tokenSHA256 string) *corev1.Pod {
 		pull = corev1.PullIfNotPresent
 	}
 	main := corev1.Container{
-		Name:            "step",
+		Name:            MainContainer,
 		Image:           spec.Image,
 		ImagePullPolicy: pull,
 		Command:         []string{ShimDir + "/stepshim"},
@@ -172,8 +198,9 @@ func StepPod(spec StepSpec, worker, tokenSHA256 string) *corev1.Pod {
 		Ports:           []corev1.ContainerPort{{Name: "stepshim", ContainerPort: ShimPort}},
 		ReadinessProbe: &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-				Path: ProbePath,
-				Port: intstr.FromInt32(ShimPort),
+				Path:   ProbePath,
+				Port:   intstr.FromInt32(ShimPort),
+				Scheme: scheme,
 			}},
 			PeriodSeconds:    1,
 			FailureThreshold: 3,
@@ -230,6 +257,10 @@ func delivery(d Delivery) (corev1.Volume, *corev1.Container) {
 			}},
 		}, nil
 	case d.initImage != "":
+		binary := PlainBinary
+		if d.tls {
+			binary = TLSBinary
+		}
 		return corev1.Volume{
 				Name:         "stepshim",
 				VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
@@ -237,7 +268,7 @@ func delivery(d Delivery) (corev1.Volume, *corev1.Container) {
 				Name:            "stepshim-install",
 				Image:           d.initImage,
 				ImagePullPolicy: corev1.PullIfNotPresent,
-				Command:         []string{"/stepshim", "install", ShimDir + "/stepshim"},
+				Command:         []string{binary, "install", ShimDir + "/stepshim"},
 				VolumeMounts:    []corev1.VolumeMount{{Name: "stepshim", MountPath: ShimDir}},
 			}
 	default:

@@ -39,7 +39,7 @@ func TestKitViaProxy(t *testing.T) {
 	}
 	proxyOK("check: pods/proxy %s allowed", strings.Join(ProxyVerbs, ", "))
 
-	spec := StepSpec{Name: "kit-proxy", Image: e.stepImage, Delivery: InitContainer(e.shimImage)}
+	spec := StepSpec{Name: "kit-proxy", Image: e.stepImage, Delivery: e.image(t)}
 	if _, err := w.Create(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestKitViaProxy(t *testing.T) {
 	if out != "got-through\n" || status != 4 {
 		t.Fatalf("run through the proxy: %q, status %d", out, status)
 	}
-	proxyOK("stdin in, output out and exit 4 through pods/proxy (pod IP %s unreachable)", ip)
+	proxyOK("stdin in, output out and exit 4 through pods/proxy (pod IP %s unreachable, shim TLS %v)", ip, spec.Delivery.TLS())
 
 	// 16 MiB up as a streamed tar, checked in the pod, and back.
 	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<20)

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,6 +48,8 @@ type Worker struct {
 	namespace string
 	worker    string
 	key       Key
+	// port is where shims serve at their pod IPs: ShimPort, another port only in tests.
+	port      int
 	factory   informers.SharedInformerFactory
 	lister    listersv1.PodNamespaceLister
 	stop      chan struct{}
@@ -91,7 +92,7 @@ func NewWorker(ctx context.Context, cs kubernetes.Interface, cfg Config) (*Worke
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	pods := factory.Core().V1().Pods()
 	w := &Worker{
-		cs: cs, namespace: cfg.Namespace, worker: cfg.Worker, key: cfg.Key, factory: factory,
+		cs: cs, namespace: cfg.Namespace, worker: cfg.Worker, key: cfg.Key, port: ShimPort, factory: factory,
 		lister: pods.Lister().Pods(cfg.Namespace), stop: make(chan struct{}), changed: make(chan struct{}),
 	}
 	informer := pods.Informer()
@@ -159,7 +160,7 @@ func (w *Worker) Create(ctx context.Context, spec StepSpec) (*corev1.Pod, error)
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	pod := StepPod(spec, w.worker, TokenSHA256(w.Token(spec.Name)))
+	pod := StepPod(spec, w.worker, AuthOf(w.Token(spec.Name), spec.Delivery.TLS()))
 	return w.cs.CoreV1().Pods(w.namespace).Create(ctx, pod, metav1.CreateOptions{})
 }
 
@@ -257,7 +258,8 @@ func (w *Worker) WaitGone(ctx context.Context, name string) error {
 	}
 }
 
-// Shim is a client for the shim of the cached pod name, at its pod IP, with the pod's token.
+// Shim is a client for the shim of the cached pod name, at its pod IP, with the pod's token, over TLS
+// pinned to the key of that token when the pod's shim serves TLS (PodTLS).
 func (w *Worker) Shim(name string) (*shim.Client, error) {
 	pod := w.Get(name)
 	if pod == nil {
@@ -266,7 +268,7 @@ func (w *Worker) Shim(name string) (*shim.Client, error) {
 	if pod.Status.PodIP == "" {
 		return nil, fmt.Errorf("k8s: pod %s has no IP yet (%s)", name, ProgressOf(pod))
 	}
-	return w.ShimAt(name, pod.Status.PodIP)
+	return w.ShimAt(name, pod.Status.PodIP, PodTLS(pod))
 }
 
 // Connect is Shim with the shim's protocol version checked (shim.CheckProtocol) the first time this
@@ -308,23 +310,34 @@ func (w *Worker) checkOnce(ctx context.Context, name string, c *shim.Client) (*s
 	return c, nil
 }
 
-// ShimAt is a client for the shim of pod name at ip.
-func (w *Worker) ShimAt(name, ip string) (*shim.Client, error) {
-	return shim.New("http://"+net.JoinHostPort(ip, strconv.Itoa(ShimPort)), w.Token(name))
-}
-
 // ShimViaProxy is a client for the shim of pod name through the apiserver's
-// pods/{name}:7777/proxy, for a worker that cannot route to pod IPs (outside the cluster). Requests
+// pods/{name}:7777/proxy (pods/https:{name}:7777/proxy for a TLS shim, which the apiserver reaches
+// over TLS without a pin), for a worker that cannot route to pod IPs (outside the cluster). Requests
 // go out on the clientset's own transport (TLS and credentials from the rest config, refreshed as
 // client-go does) and the token travels in shim.ProxyTokenHeader, because the apiserver keeps
 // Authorization for itself. The credentials need get, create, update and delete on pods/proxy
-// (`stepctl manifests --via proxy`). The pod need not be in the cache: the apiserver resolves it.
+// (`stepctl manifests --via proxy`). A pod not in the cache is read from the apiserver to learn
+// whether it serves TLS; one that does not exist is taken as plain (its requests answer 404).
 func (w *Worker) ShimViaProxy(name string) (*shim.Client, error) {
 	rc, ok := w.cs.CoreV1().RESTClient().(*rest.RESTClient)
 	if !ok || rc.Client == nil {
 		return nil, errors.New("k8s: ShimViaProxy needs a clientset built from a rest config")
 	}
-	u := rc.Get().AbsPath("/api/v1/namespaces", w.namespace, "pods", name+":"+strconv.Itoa(ShimPort), "proxy").URL()
+	pod := w.Get(name)
+	if pod == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var err error
+		pod, err = w.cs.CoreV1().Pods(w.namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("k8s: ShimViaProxy: reading pod %s: %w", name, err)
+		}
+	}
+	target := name + ":" + strconv.Itoa(ShimPort)
+	if PodTLS(pod) {
+		target = "https:" + target
+	}
+	u := rc.Get().AbsPath("/api/v1/namespaces", w.namespace, "pods", target, "proxy").URL()
 	// A client of its own, on the same transport: the clientset's http.Client may carry a Timeout,
 	// which would cut output streams and long waits.
 	return shim.NewViaProxy(u.String(), rc.Client.Transport, w.Token(name))
