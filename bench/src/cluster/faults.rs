@@ -160,9 +160,10 @@ async fn through_proxy(
 )> {
     match path {
         Path::Shim => {
-            let target = pod.shim.base().trim_start_matches("http://").to_owned();
-            let (proxy, cuts) = cutting_proxy(target, bytes / 16, bytes / 4).await?;
-            let shim = pod.shim.with_base(&format!("http://{proxy}"));
+            // The proxy forwards bytes, TLS or not: the client keeps its scheme and pin.
+            let (scheme, target) = pod.shim.base().split_once("://").unwrap_or(("http", ""));
+            let (proxy, cuts) = cutting_proxy(target.to_owned(), bytes / 16, bytes / 4).await?;
+            let shim = pod.shim.with_base(&format!("{scheme}://{proxy}"));
             let pod = Pod2 {
                 shim,
                 ..pod.clone()

@@ -144,7 +144,14 @@ impl Env {
             .map(|p| {
                 Ok(Pod2 {
                     name: p.name.clone(),
-                    shim: client::ShimClient::new(p.shim.base(), Some(p.token.clone()))?,
+                    shim: match p.shim.pin() {
+                        Some(pin) => client::ShimClient::new_pinned(
+                            p.shim.base(),
+                            Some(p.token.clone()),
+                            pin,
+                        )?,
+                        None => client::ShimClient::new(p.shim.base(), Some(p.token.clone()))?,
+                    },
                     proxy: client::ShimClient::with_transport(
                         p.proxy.base(),
                         Some(p.token.clone()),
