@@ -21,7 +21,7 @@ mod flow;
 
 use super::Report;
 use crate::args::LocalArgs;
-use crate::procfs::{cpu_secs, own_cpu_secs};
+use crate::procfs::{cpu_secs, fine_cpu_secs, own_cpu_secs};
 use crate::stats::Samples;
 
 /// The two sides' names, in the order of every `[_; 2]` here.
@@ -58,8 +58,14 @@ impl Side {
         })
     }
 
+    /// The shim's utime + stime, in clock ticks: for costs per GiB.
     fn cpu(&self) -> Result<f64> {
         cpu_secs(self.shim.pid()).context("the shim's /proc stat")
+    }
+
+    /// The shim's time on a CPU to the nanosecond: for costs per spawn or connection.
+    fn fine_cpu(&self) -> Result<f64> {
+        fine_cpu_secs(self.shim.pid()).context("the shim's /proc sched")
     }
 }
 
@@ -98,7 +104,11 @@ impl Summary {
             ),
             Summary::Runs { runs, unit } => {
                 let (m, lo, hi) = med(runs);
-                format!("{m:.2} {unit} ({lo:.2}–{hi:.2})")
+                let places = if *unit == "s" { 2 } else { 0 };
+                match runs.len() {
+                    1 => format!("{m:.places$} {unit}"),
+                    _ => format!("{m:.places$} {unit} ({lo:.places$}–{hi:.places$})"),
+                }
             }
         }
     }
@@ -176,7 +186,7 @@ async fn exec(sides: &[Side; 2], n: usize) -> Result<Vec<Pair>> {
     for s in sides {
         s.shim.client.info().await?;
     }
-    let cpu0 = [sides[0].cpu()?, sides[1].cpu()?];
+    let cpu0 = [sides[0].fine_cpu()?, sides[1].fine_cpu()?];
     let mut t = [Vec::with_capacity(n), Vec::with_capacity(n)];
     for i in 0..n {
         for k in order(i) {
@@ -192,7 +202,9 @@ async fn exec(sides: &[Side; 2], n: usize) -> Result<Vec<Pair>> {
         }
     }
     let cpu = |k: usize| -> Result<Vec<f64>> {
-        Ok(vec![(sides[k].cpu()? - cpu0[k]) / n.max(1) as f64 * 1e6])
+        Ok(vec![
+            (sides[k].fine_cpu()? - cpu0[k]) / n.max(1) as f64 * 1e6,
+        ])
     };
     let [plain, tls] = t.map(|v| Summary::Latency(Samples::new(v)));
     Ok(vec![
@@ -203,7 +215,7 @@ async fn exec(sides: &[Side; 2], n: usize) -> Result<Vec<Pair>> {
             sides: [plain, tls],
         },
         Pair {
-            measure: "shim CPU per spawn and delete (utime + stime)".into(),
+            measure: "shim CPU per spawn and delete (its time on a CPU, /proc sched)".into(),
             sides: [cpu_runs(cpu(0)?, "µs"), cpu_runs(cpu(1)?, "µs")],
         },
     ])
@@ -217,7 +229,7 @@ fn cpu_runs(runs: Vec<f64>, unit: &'static str) -> Summary {
 /// client's setup (its TLS configuration) is made before the clock runs. With the shim's and the
 /// client's CPU per connection.
 async fn first_request(sides: &[Side; 2], n: usize) -> Result<Vec<Pair>> {
-    let cpu0 = [sides[0].cpu()?, sides[1].cpu()?];
+    let cpu0 = [sides[0].fine_cpu()?, sides[1].fine_cpu()?];
     let mut own = [0.0f64; 2];
     let mut t = [Vec::with_capacity(n), Vec::with_capacity(n)];
     for i in 0..n {
@@ -233,8 +245,9 @@ async fn first_request(sides: &[Side; 2], n: usize) -> Result<Vec<Pair>> {
     // Let the shims see the last connections close before their CPU is read.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let per = |secs: f64| secs / n.max(1) as f64 * 1e6;
-    let shim =
-        |k: usize| -> Result<Summary> { Ok(cpu_runs(vec![per(sides[k].cpu()? - cpu0[k])], "µs")) };
+    let shim = |k: usize| -> Result<Summary> {
+        Ok(cpu_runs(vec![per(sides[k].fine_cpu()? - cpu0[k])], "µs"))
+    };
     let [plain, tls] = t.map(|v| Summary::Latency(Samples::new(v)));
     Ok(vec![
         Pair {
@@ -264,9 +277,10 @@ fn report(pairs: &[Pair], load: [String; 2], r: &mut Report) {
     let mut rows = serde_json::Map::new();
     for p in pairs {
         let [plain, tls] = &p.sides;
-        let ratio = tls.mid() / plain.mid();
+        let ratio = (plain.mid() > 0.0).then(|| tls.mid() / plain.mid());
+        let shown = ratio.map_or("–".to_owned(), |x| format!("{x:.2}"));
         md.push_str(&format!(
-            "| {} | {} | {} | {ratio:.2} |\n",
+            "| {} | {} | {} | {shown} |\n",
             p.measure,
             plain.text(),
             tls.text()
@@ -274,7 +288,7 @@ fn report(pairs: &[Pair], load: [String; 2], r: &mut Report) {
         r.row(
             format!("TLS: {}", p.measure),
             format!(
-                "plain {} · tls {} · tls/plain {ratio:.2}",
+                "plain {} · tls {} · tls/plain {shown}",
                 plain.text(),
                 tls.text()
             ),
