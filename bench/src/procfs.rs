@@ -24,12 +24,14 @@ pub fn cpu_secs(pid: u32) -> Option<f64> {
 /// kernel without that file. For costs of a few microseconds, which ticks of 10 ms cannot show.
 pub fn fine_cpu_secs(pid: u32) -> Option<f64> {
     let fine = || -> Option<f64> {
-        let mut ms = 0.0;
-        for t in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
-            let sched = std::fs::read_to_string(t.ok()?.path().join("sched")).ok()?;
-            ms += sched_runtime_ms(&sched)?;
-        }
-        Some(ms / 1e3)
+        // A thread that ends while the directory is read is left out, as it would be a moment
+        // later; a kernel without the file leaves them all out.
+        let ms: Vec<f64> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .ok()?
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("sched")).ok())
+            .filter_map(|sched| sched_runtime_ms(&sched))
+            .collect();
+        (!ms.is_empty()).then(|| ms.iter().sum::<f64>() / 1e3)
     };
     fine().or_else(|| cpu_secs(pid))
 }
@@ -73,7 +75,21 @@ mod tests {
     fn this_process_has_a_stat() {
         assert!(cpu_secs(std::process::id()).is_some());
         assert!(own_cpu_secs(false) >= 0.0);
-        assert!(fine_cpu_secs(std::process::id()).is_some_and(|s| s > 0.0));
+    }
+
+    #[test]
+    fn a_busy_process_gains_fine_cpu_time() {
+        let mut busy = std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let before = fine_cpu_secs(busy.id()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let after = fine_cpu_secs(busy.id()).unwrap();
+        busy.kill().unwrap();
+        busy.wait().unwrap();
+        assert!(after > before, "{before} then {after}");
     }
 
     #[test]

@@ -71,7 +71,7 @@ impl Side {
 
 /// Which side goes first in iteration `i`: each in turn.
 fn order(i: usize) -> [usize; 2] {
-    if i % 2 == 0 { [0, 1] } else { [1, 0] }
+    if i.is_multiple_of(2) { [0, 1] } else { [1, 0] }
 }
 
 /// One measure on both sides: what a table row shows and the JSON keeps.
