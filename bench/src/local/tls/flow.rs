@@ -166,37 +166,22 @@ pub(super) async fn pull(sides: &[Side; 2], a: &LocalArgs) -> Result<Vec<Pair>> 
                 sha256: None,
                 connect_retries: None,
             };
-            let id = format!("pull{run}");
-            let (dst_pid, src_pid) = (s.dst.pid(), s.shim.pid());
-            let cpu0 = [cpu_secs(src_pid), cpu_secs(dst_pid)];
-            let t = Instant::now();
-            let done = s.dst.client.pull(&id, &spec, Some(300)).await?;
-            let secs = t.elapsed().as_secs_f64();
-            let cpu1 = [cpu_secs(src_pid), cpu_secs(dst_pid)];
-            if done.state != PullState::Done {
-                bail!("{} pull ended {:?}: {:?}", SIDES[k], done.state, done.error);
-            }
+            let (mib_s, cpu, sha) = pull_once(s, &spec, &format!("pull{run}"))
+                .await
+                .with_context(|| format!("{} pull", SIDES[k]))?;
             let big = std::fs::metadata(target.join("big.bin"))?.len();
-            let sha = done.sha256.clone().unwrap_or_default();
             let first = digest.get_or_insert_with(|| sha.clone());
-            if big != a.pull_mib << 20 || sha.is_empty() || *first != sha {
+            if big != a.pull_mib << 20 || *first != sha {
                 bail!(
-                    "{} pull brought {big} bytes of big.bin, stream {sha:?}",
+                    "{} pull brought {big} bytes of big.bin, stream {sha}",
                     SIDES[k]
                 );
             }
-            let gib = done.bytes as f64 / GIB;
-            for (p, (b, a)) in cpu0.iter().zip(cpu1).enumerate() {
-                let (b, a) = (b.context("shim gone")?, a.context("shim gone")?);
-                runs[k].cpu[p].push((a - b) / gib);
+            eprintln!("bench: {} pull {mib_s:.0} MiB/s", SIDES[k]);
+            runs[k].mib_s.push(mib_s);
+            for (all, one) in runs[k].cpu.iter_mut().zip(cpu) {
+                all.push(one);
             }
-            runs[k].mib_s.push(done.bytes as f64 / MIB / secs);
-            eprintln!(
-                "bench: {} pull {:.0} MiB/s",
-                SIDES[k],
-                done.bytes as f64 / MIB / secs
-            );
-            s.dst.client.delete_pull(&id).await?;
             std::fs::remove_dir_all(&target)?;
         }
     }
@@ -212,4 +197,32 @@ pub(super) async fn pull(sides: &[Side; 2], a: &LocalArgs) -> Result<Vec<Pair>> 
             "destination shim CPU per GiB pulled",
         ],
     ))
+}
+
+/// One pull by side `s`'s second shim from its first, forgotten after it ends: MiB/s of the tar
+/// stream, the source's and the destination's CPU seconds per GiB of it, and its SHA-256.
+async fn pull_once(s: &Side, spec: &PullSpec, id: &str) -> Result<(f64, [f64; 2], String)> {
+    let pids = [s.shim.pid(), s.dst.pid()];
+    let cpu = || -> Result<[f64; 2]> {
+        Ok([
+            cpu_secs(pids[0]).context("the source shim is gone")?,
+            cpu_secs(pids[1]).context("the destination shim is gone")?,
+        ])
+    };
+    let cpu0 = cpu()?;
+    let t = Instant::now();
+    let done = s.dst.client.pull(id, spec, Some(300)).await?;
+    let secs = t.elapsed().as_secs_f64();
+    let cpu1 = cpu()?;
+    if done.state != PullState::Done {
+        bail!("ended {:?}: {:?}", done.state, done.error);
+    }
+    let sha = done
+        .sha256
+        .clone()
+        .context("done without a stream digest")?;
+    s.dst.client.delete_pull(id).await?;
+    let gib = done.bytes as f64 / GIB;
+    let per_gib = [(cpu1[0] - cpu0[0]) / gib, (cpu1[1] - cpu0[1]) / gib];
+    Ok((done.bytes as f64 / MIB / secs, per_gib, sha))
 }
