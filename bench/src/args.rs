@@ -51,10 +51,17 @@ pub struct LocalArgs {
     /// MiB of stdout streamed in each throughput run.
     #[arg(long, default_value_t = 2048)]
     pub stream_mib: u64,
-    /// Throughput runs; the row is their median, with the range beside it.
+    /// Throughput runs (in `tls`: of the stream and of the pull, per side); the row is their
+    /// median, with the range beside it.
     #[arg(long, default_value_t = 5)]
     pub stream_runs: usize,
-    /// Parts to run (default all): ready, spawn, floor, streams, stream, many.
+    /// MiB of the large file in the `tls` part's pull (beside 200 small files).
+    #[arg(long, default_value_t = 256)]
+    pub pull_mib: u64,
+    /// Parts to run (default all): ready, spawn, floor, streams, stream, tls, many. `tls` compares
+    /// a plain and a TLS shim of the same binary (spawn latency, a new connection, a stream, a
+    /// pull, CPU per GiB); it needs a binary built with TLS (`images/build-shim-binary --tls`:
+    /// target/image/stepshim-tls), and the default set skips it for a binary without.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Directory for local.json and local.md.

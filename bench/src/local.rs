@@ -1,8 +1,8 @@
 //! The local footprint benchmark of the shim: binary size, start to ready, idle RSS, memory per open
 //! output stream and per followed process, spawn latency against a raw fork/exec of the same binary
 //! (alternating, so machine noise hits both alike) with a `/healthz` round trip as the HTTP floor,
-//! one-stream throughput (the median of several runs), and many processes followed at once with
-//! every byte checked. `--only` runs some of these parts.
+//! one-stream throughput (the median of several runs), what TLS costs against plain HTTP ([`tls`]),
+//! and many processes followed at once with every byte checked. `--only` runs some of these parts.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,6 +16,7 @@ use client::local::{Launch, find_binary};
 
 pub mod floor;
 mod spawn;
+mod tls;
 
 use crate::args::LocalArgs;
 use crate::stats::{Samples, ms};
@@ -96,6 +97,8 @@ struct Report {
     rows: Vec<(String, String, &'static str)>,
     json: serde_json::Map<String, serde_json::Value>,
     bad: usize,
+    /// Markdown after the main table (a part's table of its own).
+    extra: String,
 }
 
 impl Report {
@@ -116,10 +119,18 @@ fn median(v: &mut [f64]) -> (f64, f64, f64) {
     }
 }
 
+/// The parts `--only` knows.
+const PARTS: [&str; 7] = [
+    "ready", "spawn", "floor", "streams", "stream", "tls", "many",
+];
+
 /// Runs the local benchmark and prints the table.
 pub async fn run(args: &LocalArgs) -> Result<i32> {
     let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)?;
     nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard)?;
+    if let Some(p) = args.only.iter().find(|p| !PARTS.contains(&p.as_str())) {
+        bail!("no part {p:?} (parts: {})", PARTS.join(", "));
+    }
     let part = |name: &str| args.only.is_empty() || args.only.iter().any(|p| p == name);
     let bin = find_binary(args.shim_bin.clone())
         .context("no stepshim binary: pass --shim-bin or STEPSHIM_BIN")?;
@@ -178,20 +189,26 @@ pub async fn run(args: &LocalArgs) -> Result<i32> {
     if part("stream") {
         stream_runs(&c, pid, args, &mut r).await?;
     }
+    if part("tls") {
+        tls::run(&bin, args, !args.only.is_empty(), &mut r).await?;
+    }
     if part("many") {
         many(&c, pid, args.concurrent, &mut r).await?;
     }
 
-    println!("| measure | result | target |\n|---|---|---|");
+    let mut md = String::from("| measure | result | target |\n|---|---|---|\n");
     for (m, res, t) in &r.rows {
-        println!("| {m} | {res} | {t} |");
+        md.push_str(&format!("| {m} | {res} | {t} |\n"));
     }
+    md.push_str(&r.extra);
+    print!("{md}");
     if let Some(dir) = &args.results {
         std::fs::create_dir_all(dir)?;
         std::fs::write(
             dir.join("local.json"),
             serde_json::to_string_pretty(&r.json)?,
         )?;
+        std::fs::write(dir.join("local.md"), md)?;
     }
     Ok(if r.bad == 0 { 0 } else { 1 })
 }
