@@ -5,7 +5,10 @@
 //! # Layout
 //! - this file: [`ShimClient`], one typed call per route, and [`ShimClient::check_protocol`], the
 //!   compatibility check a caller makes once per shim (`docs/compatibility.md`).
-//! - [`artifacts`]: grants, pulls and the resumable files stream (a second `impl ShimClient`).
+//! - [`process`]: the process routes: spawn, status, wait, stdin, signals, resize, delete, output
+//!   (a second `impl ShimClient`).
+//! - [`artifacts`]: grants, pulls and the resumable files stream (another `impl ShimClient`).
+//! - [`stream`]: a connection, plain or TLS with the shim's key pinned (PROTOCOL.md 1.1).
 //! - [`transport`]: how a request reaches the shim: the [`Transport`] trait and the direct pool.
 //! - [`h1`]: the direct pool's own HTTP/1.1 exchange for JSON calls (streams go through hyper).
 //! - [`error`]: [`ClientError`], with the shim's error codes as [`protocol::ErrorCode`], and the
@@ -18,6 +21,7 @@ mod error;
 pub mod h1;
 pub mod local;
 mod output;
+mod process;
 mod stream;
 pub mod transport;
 
@@ -26,10 +30,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
-use protocol::routes::{self, percent_encode, process_path, process_sub_path};
-use protocol::{
-    Info, Process, ProcessList, SignalRequest, SignalSpec, SpawnRequest, StdinAck, TtySize,
-};
+use protocol::Info;
+use protocol::routes::{self, percent_encode};
 use serde::de::DeserializeOwned;
 
 pub use artifacts::FilesOut;
@@ -226,143 +228,6 @@ impl ShimClient {
             });
         }
         Ok(info)
-    }
-
-    /// `PUT /v1/processes/{id}`: the process, and whether this call started it.
-    pub async fn spawn(
-        &self,
-        id: &str,
-        spec: &SpawnRequest,
-    ) -> Result<(Process, bool), ClientError> {
-        let (status, p) = self
-            .call(Method::PUT, &process_path(id), Self::json_body(spec))
-            .await?;
-        Ok((p, status == StatusCode::CREATED))
-    }
-
-    /// `PUT /v1/processes/{id}?wait=S`: spawns and waits up to `secs` for the exit in one request.
-    /// A shim that does not know `wait` on a spawn answers at once; then the rest of the time is
-    /// waited with `GET ?wait=`, so the result is the same against any shim.
-    pub async fn spawn_wait(
-        &self,
-        id: &str,
-        spec: &SpawnRequest,
-        secs: u32,
-    ) -> Result<(Process, bool), ClientError> {
-        let started = std::time::Instant::now();
-        let q = protocol::query::build(&[(protocol::query::WAIT, &secs.to_string())]);
-        let (status, p): (_, Process) = self
-            .call(
-                Method::PUT,
-                &format!("{}{q}", process_path(id)),
-                Self::json_body(spec),
-            )
-            .await?;
-        let created = status == StatusCode::CREATED;
-        let rest = u64::from(secs).saturating_sub(started.elapsed().as_secs());
-        if p.state == protocol::State::Exited || rest == 0 {
-            return Ok((p, created));
-        }
-        Ok((self.wait(id, rest as u32).await?, created))
-    }
-
-    /// `GET /v1/processes/{id}`
-    pub async fn get(&self, id: &str) -> Result<Process, ClientError> {
-        Ok(self
-            .call(Method::GET, &process_path(id), Bytes::new())
-            .await?
-            .1)
-    }
-
-    /// `GET /v1/processes/{id}?wait=S`: waits up to `secs` for exit.
-    pub async fn wait(&self, id: &str, secs: u32) -> Result<Process, ClientError> {
-        Ok(self
-            .call(
-                Method::GET,
-                &format!("{}?wait={secs}", process_path(id)),
-                Bytes::new(),
-            )
-            .await?
-            .1)
-    }
-
-    /// `GET /v1/processes`
-    pub async fn list(&self) -> Result<Vec<Process>, ClientError> {
-        let (_, l): (_, ProcessList) = self
-            .call(Method::GET, routes::PROCESSES, Bytes::new())
-            .await?;
-        Ok(l.processes)
-    }
-
-    /// `POST /v1/processes/{id}/stdin?offset=M[&eof=1]`
-    pub async fn stdin(
-        &self,
-        id: &str,
-        offset: u64,
-        data: Bytes,
-        eof: bool,
-    ) -> Result<StdinAck, ClientError> {
-        let q = format!(
-            "{}?offset={offset}{}",
-            process_sub_path(id, "stdin"),
-            if eof { "&eof=1" } else { "" }
-        );
-        Ok(self.call(Method::POST, &q, data).await?.1)
-    }
-
-    /// `POST /v1/processes/{id}/signal`
-    pub async fn signal(&self, id: &str, signal: &str) -> Result<Process, ClientError> {
-        let body = SignalRequest {
-            signal: SignalSpec::Name(signal.to_owned()),
-        };
-        Ok(self
-            .call(
-                Method::POST,
-                &process_sub_path(id, "signal"),
-                Self::json_body(&body),
-            )
-            .await?
-            .1)
-    }
-
-    /// `POST /v1/processes/{id}/resize`
-    pub async fn resize(&self, id: &str, size: TtySize) -> Result<Process, ClientError> {
-        Ok(self
-            .call(
-                Method::POST,
-                &process_sub_path(id, "resize"),
-                Self::json_body(&size),
-            )
-            .await?
-            .1)
-    }
-
-    /// `DELETE /v1/processes/{id}[?force=1]`
-    pub async fn delete(&self, id: &str, force: bool) -> Result<(), ClientError> {
-        let q = format!(
-            "{}{}",
-            process_path(id),
-            if force { "?force=1" } else { "" }
-        );
-        self.exchange(Method::DELETE, &q, Bytes::new())
-            .await
-            .map(|_| ())
-    }
-
-    /// `GET /v1/processes/{id}/output?offset=N[&follow=1]` as a frame stream (no resume).
-    pub async fn output(
-        &self,
-        id: &str,
-        offset: u64,
-        follow: bool,
-    ) -> Result<OutputStream, ClientError> {
-        let q = format!(
-            "{}?offset={offset}{}",
-            process_sub_path(id, "output"),
-            if follow { "&follow=1" } else { "" }
-        );
-        let resp = self.send(Method::GET, &q, full_body(Bytes::new())).await?;
-        Ok(OutputStream::new(resp.into_body(), offset))
     }
 
     /// `PUT /v1/files?path=DIR` with a tar body.
