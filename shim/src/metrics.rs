@@ -18,6 +18,9 @@ pub(crate) struct Metrics {
     streams_closed: tokio::sync::Notify,
     /// Output requests that started past offset 0.
     pub(crate) resumes: AtomicU64,
+    /// Connections that failed or timed out in their TLS handshake.
+    #[cfg(feature = "tls")]
+    pub(crate) tls_handshake_failures: AtomicU64,
 }
 
 /// Counts an open output stream until dropped.
@@ -75,6 +78,19 @@ impl Metrics {
         self.render_processes(&mut out, table);
         self.render_requests(&mut out);
         render_artifacts(&mut out, grants, pulls);
+        #[cfg(feature = "tls")]
+        metric(
+            &mut out,
+            "stepshim_tls_handshake_failures_total",
+            "counter",
+            "Connections that failed or timed out in their TLS handshake.",
+            &[(
+                "",
+                self.tls_handshake_failures
+                    .load(Ordering::Relaxed)
+                    .to_string(),
+            )],
+        );
         out
     }
 

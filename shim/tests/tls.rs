@@ -86,6 +86,20 @@ async fn clear_text_and_other_keys_are_refused_and_the_shim_serves_on() {
 
     shim.client.healthz().await.unwrap();
     shim.client.info().await.unwrap();
+    // Both refusals are counted for the operator (the second once the shim has read the
+    // client's alert).
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        metrics = shim.client.metrics().await.unwrap();
+        if metrics.contains("stepshim_tls_handshake_failures_total 2") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        metrics.contains("stepshim_tls_handshake_failures_total 2"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

@@ -27,11 +27,22 @@ pub(super) async fn serve(
     if let Some(server) = app.tls.clone() {
         let acceptor = tokio_rustls::TlsAcceptor::from(server);
         let handshake = tokio::time::timeout_at(auth_deadline, acceptor.accept(stream));
+        let failed = || {
+            app.metrics
+                .tls_handshake_failures
+                .fetch_add(1, Ordering::Relaxed)
+        };
         tokio::select! {
             done = handshake => match done {
-                Ok(Ok(tls)) => serve_io(app, tls, peer, ticket, auth_deadline).await,
-                Ok(Err(e)) => debug!(%peer, cause = %e, "TLS handshake failed"),
-                Err(_) => debug!(%peer, "connection closed: no TLS handshake within the deadline"),
+                Ok(Ok(tls)) => serve_io(app.clone(), tls, peer, ticket, auth_deadline).await,
+                Ok(Err(e)) => {
+                    failed();
+                    debug!(%peer, cause = %e, "TLS handshake failed");
+                }
+                Err(_) => {
+                    failed();
+                    debug!(%peer, "connection closed: no TLS handshake within the deadline");
+                }
             },
             _ = ticket.slot.evict.notified() => {
                 debug!(%peer, "connection evicted at the connection cap during its handshake");
