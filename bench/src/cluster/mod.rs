@@ -16,6 +16,7 @@ mod podspawn;
 mod report;
 mod scenarios;
 mod sequence;
+mod soak;
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -127,6 +128,9 @@ pub(crate) async fn wait_ready_all(rt: &Runtime, names: &[String]) -> Result<Vec
 
 /// Runs the cluster benchmark.
 pub async fn run(args: &ClusterArgs) -> Result<i32> {
+    if let Some(duration) = args.soak {
+        return soak::run(args, duration).await;
+    }
     if args.artifacts_only {
         return artifacts::run(args).await;
     }
