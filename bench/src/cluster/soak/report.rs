@@ -145,7 +145,7 @@ impl Report {
 /// Writes `soak.json` and `soak.md` into `dir`.
 pub fn write(dir: &Path, r: &Report) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::write(dir.join("soak.json"), serde_json::to_vec_pretty(r)?)?;
+    std::fs::write(dir.join("soak.json"), serde_json::to_vec(r)?)?;
     std::fs::write(dir.join("soak.md"), markdown(r))?;
     Ok(())
 }
