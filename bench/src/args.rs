@@ -274,3 +274,19 @@ pub struct ScaleWorkerArgs {
     #[arg(long)]
     pub strip_managed_fields: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_in_seconds_minutes_and_hours() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("3m"), Ok(Duration::from_secs(180)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        for bad in ["", "3", "m", "0s", "1d", "-3m", "9999h", "3m5"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -88,11 +88,14 @@ async fn restart(s: &Soak) -> Result<String, String> {
     };
     let t = Instant::now();
     // Its output goes to stderr: stdout carries the report.
-    let status = tokio::process::Command::new("sh")
+    let run = tokio::process::Command::new("sh")
         .arg("-c")
         .arg(format!("{cmd} >&2"))
-        .status()
+        .kill_on_drop(true)
+        .status();
+    let status = tokio::time::timeout(Duration::from_secs(300), run)
         .await
+        .map_err(|_| format!("{cmd} still running after 300 s"))?
         .map_err(|e| format!("running {cmd}: {e}"))?;
     if !status.success() {
         return Err(format!("{cmd}: {status}"));

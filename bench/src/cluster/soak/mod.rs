@@ -30,6 +30,9 @@ use sample::{Samples, Target};
 /// The shims' memory budget for output unless `--pod-env` sets one: small, so streams spill.
 const MEMORY_BYTES: &str = "4194304";
 
+/// The most any one step may take, whatever it waits for.
+const STEP_LIMIT: Duration = Duration::from_secs(900);
+
 /// Everything the steps and faults share.
 pub struct Soak {
     rt: Runtime,
@@ -79,39 +82,8 @@ impl Soak {
 
 /// Runs the soak for `duration`.
 pub async fn run(args: &ClusterArgs, duration: Duration) -> Result<i32> {
-    let mut args = args.clone();
-    if !args
-        .pod_env
-        .iter()
-        .any(|(k, _)| k == "STEPSHIM_MEMORY_BYTES")
-    {
-        args.pod_env
-            .push(("STEPSHIM_MEMORY_BYTES".into(), MEMORY_BYTES.into()));
-    }
-    let (rt, env) = super::setup(&args).await?;
-    let stream_mib = args.stream_mib.clamp(1, 64);
-    let mut cut = Vec::new();
-    for path in [Path::Shim, Path::Proxy] {
-        let (_, pod, cuts) =
-            super::faults::through_proxy(path, &env.pods_api, &env.pods[0], stream_mib << 20)
-                .await?;
-        cut.push((path, pod, cuts));
-    }
-    let targets = targets(&env, &args).await;
-    let start = Instant::now();
-    let pods = env.pods.len();
-    let soak = Soak {
-        rt,
-        env,
-        stream_mib,
-        run_id: format!("{:06x}", rand::random::<u32>() >> 8),
-        cut,
-        tally: Mutex::default(),
-        held: Mutex::new(vec![None; pods]),
-        start,
-        deadline: start + duration,
-        args,
-    };
+    let soak = start(args, duration).await?;
+    let targets = targets(&soak.env, &soak.args).await;
     eprintln!(
         "soak: {} pods, {} workers, {duration:?}; sampling {} processes",
         soak.env.pods.len(),
@@ -132,7 +104,8 @@ pub async fn run(args: &ClusterArgs, duration: Duration) -> Result<i32> {
         stop.store(true, Ordering::Relaxed);
         (faults, leftovers)
     };
-    let ((faults, leftovers), ()) = tokio::join!(work, samples.run(&targets, start, every, &stop));
+    let sampler = samples.run(&targets, soak.start, every, &stop);
+    let ((faults, leftovers), ()) = tokio::join!(work, sampler);
     let report = Report {
         context: context(&soak, duration, every),
         steps: soak
@@ -165,13 +138,59 @@ pub async fn run(args: &ClusterArgs, duration: Duration) -> Result<i32> {
     Ok(0)
 }
 
+/// Sets the pods up (shims with a small memory budget for output, so streams spill) and the
+/// cutting proxies; the deadline counts from the end of this.
+async fn start(args: &ClusterArgs, duration: Duration) -> Result<Soak> {
+    let mut args = args.clone();
+    if !args
+        .pod_env
+        .iter()
+        .any(|(k, _)| k == "STEPSHIM_MEMORY_BYTES")
+    {
+        args.pod_env
+            .push(("STEPSHIM_MEMORY_BYTES".into(), MEMORY_BYTES.into()));
+    }
+    let (rt, env) = super::setup(&args).await?;
+    let stream_mib = args.stream_mib.clamp(1, 64);
+    let mut cut = Vec::new();
+    for path in [Path::Shim, Path::Proxy] {
+        let through =
+            super::faults::through_proxy(path, &env.pods_api, &env.pods[0], stream_mib << 20);
+        match through.await {
+            Ok((_, pod, cuts)) => cut.push((path, pod, cuts)),
+            Err(e) => {
+                for p in &env.pods {
+                    let _ = rt.delete(&p.name).await;
+                }
+                return Err(e.context("a cutting proxy"));
+            }
+        }
+    }
+    let start = Instant::now();
+    let pods = env.pods.len();
+    Ok(Soak {
+        rt,
+        env,
+        stream_mib,
+        run_id: format!("{:06x}", rand::random::<u32>() >> 8),
+        cut,
+        tally: Mutex::default(),
+        held: Mutex::new(vec![None; pods]),
+        start,
+        deadline: start + duration,
+        args,
+    })
+}
+
 /// Takes steps in turn until the deadline.
 async fn worker(s: &Soak, next: &AtomicU64) {
     while Instant::now() < s.deadline {
         let n = next.fetch_add(1, Ordering::Relaxed);
         let kind = steps::ROTATION[(n as usize) % steps::ROTATION.len()];
         let t = Instant::now();
-        let verdict = steps::run(s, kind, n).await;
+        let verdict = tokio::time::timeout(STEP_LIMIT, steps::run(s, kind, n))
+            .await
+            .unwrap_or_else(|_| Err(format!("step {n} still going after {STEP_LIMIT:?}")));
         s.record(kind.name(), &verdict, t.elapsed().as_secs_f64());
     }
 }
