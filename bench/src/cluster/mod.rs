@@ -2,7 +2,8 @@
 //! `pods/proxy`) against apiserver exec, side by side on a real cluster. Creates step pods, then
 //! runs every scenario on the three paths into the same pods, rotating which path goes first,
 //! while watching what each costs kube-apiserver; writes a markdown table, JSON and an SVG chart.
-//! Fails if either shim path lost a byte or got an exit status wrong.
+//! Fails if either shim path lost a byte or got an exit status wrong. `--soak DURATION` runs the
+//! soak (`soak/`) instead.
 
 mod apiserver;
 mod artifacts;
