@@ -122,7 +122,7 @@ async fn sh_step(
     Ok(step)
 }
 
-/// A helper command whose stdout is wanted (exit 0 required), e.g. a digest.
+/// A side command whose stdout is wanted (exit 0 required), e.g. a digest.
 async fn output_of(s: &Soak, pod: &Pod2, id: &str, script: &str) -> Result<String, String> {
     let step = sh_step(s, pod, &pod.shim, id, script, Duration::from_secs(120)).await?;
     match step.status {
