@@ -70,7 +70,7 @@ pub struct LocalArgs {
 }
 
 /// `cluster`
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ClusterArgs {
     /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster).
     #[arg(long, env = "KUBECONFIG")]
@@ -135,6 +135,47 @@ pub struct ClusterArgs {
     /// shim reads its `STEPSHIM_*` settings from there.
     #[arg(long = "pod-env", value_parser = parse_pair)]
     pub pod_env: Vec<(String, String)>,
+    /// Run the soak instead of the scenarios for this long (`90s`, `3m`, `1h`): steps of every kind
+    /// started and finished continuously on `--pods` pods, with connections cut, the apiserver
+    /// restarted (with `--restart-cmd`) and pods deleted mid-step, while each shim's and this
+    /// process's memory, descriptors, threads and spill files are sampled. Writes soak.json and
+    /// soak.md into `--results` (default results/soak).
+    #[arg(long, value_parser = parse_duration)]
+    pub soak: Option<std::time::Duration>,
+    /// Steps the soak runs at once.
+    #[arg(long, default_value_t = 4)]
+    pub soak_workers: usize,
+    /// Seconds between the soak's samples (default: the duration / 120, 5 to 60).
+    #[arg(long)]
+    pub soak_sample_secs: Option<u64>,
+}
+
+/// `90s`, `3m`, `1h` or `1h30m`: a bounded duration of at least a second.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("{s:?} is not a duration like 90s, 3m or 1h");
+    let (mut total, mut num) = (0u64, String::new());
+    for c in s.chars() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let unit = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            _ => return Err(bad()),
+        };
+        let n: u64 = num.parse().map_err(|_| bad())?;
+        total = n
+            .checked_mul(unit)
+            .and_then(|v| total.checked_add(v))
+            .ok_or_else(bad)?;
+        num.clear();
+    }
+    if !num.is_empty() || total == 0 || total > 7 * 24 * 3600 {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_secs(total))
 }
 
 /// `NAME=VALUE`.
@@ -239,4 +280,20 @@ pub struct ScaleWorkerArgs {
     /// the store; says `ready` and then answers only `quit`.
     #[arg(long)]
     pub strip_managed_fields: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_in_seconds_minutes_and_hours() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("3m"), Ok(Duration::from_secs(180)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        for bad in ["", "3", "m", "0s", "1d", "-3m", "9999h", "3m5"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
 }

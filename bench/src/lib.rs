@@ -8,7 +8,8 @@
 //! - [`local`]: binary size, start to ready, idle RSS, memory per stream and per follower, spawn
 //!   latency, one-stream throughput, many followers.
 //! - [`cluster`]: pods on a cluster, the scenarios on both paths, the apiserver's cost, faults, the
-//!   report (markdown, JSON, chart).
+//!   report (markdown, JSON, chart); with `--soak`, steps of every kind for a long time under faults,
+//!   the shims and the controller side sampled from `/proc`.
 //! - [`scale`]: thousands of pending step pods of one worker, driven by the Rust runtime and the Go
 //!   kit's worker: apiserver requests per GC tick, the driver's RSS, deletion to notice, a restart.
 //! - [`access`]: the admin configuration and waiting until a fresh namespace can take pods.

@@ -148,7 +148,7 @@ pub async fn cut_stream(
 
 /// The exec API and the pod, aimed through a cutting proxy: in front of the pod's shim for the
 /// direct path, in front of the apiserver (the client's connection) for the proxy and exec paths.
-async fn through_proxy(
+pub(super) async fn through_proxy(
     path: Path,
     pods_api: &kube::Api<k8s_openapi::api::core::v1::Pod>,
     pod: &Pod2,

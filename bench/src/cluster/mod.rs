@@ -2,7 +2,8 @@
 //! `pods/proxy`) against apiserver exec, side by side on a real cluster. Creates step pods, then
 //! runs every scenario on the three paths into the same pods, rotating which path goes first,
 //! while watching what each costs kube-apiserver; writes a markdown table, JSON and an SVG chart.
-//! Fails if either shim path lost a byte or got an exit status wrong.
+//! Fails if either shim path lost a byte or got an exit status wrong. `--soak DURATION` runs the
+//! soak (`soak/`) instead.
 
 mod apiserver;
 mod artifacts;
@@ -16,6 +17,7 @@ mod podspawn;
 mod report;
 mod scenarios;
 mod sequence;
+mod soak;
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -127,6 +129,9 @@ pub(crate) async fn wait_ready_all(rt: &Runtime, names: &[String]) -> Result<Vec
 
 /// Runs the cluster benchmark.
 pub async fn run(args: &ClusterArgs) -> Result<i32> {
+    if let Some(duration) = args.soak {
+        return soak::run(args, duration).await;
+    }
     if args.artifacts_only {
         return artifacts::run(args).await;
     }
