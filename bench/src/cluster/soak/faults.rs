@@ -58,7 +58,8 @@ async fn kill_connections(s: &Soak) -> Result<String, String> {
         .pods
         .iter()
         .filter_map(|p| {
-            let host = p.shim.base().trim_start_matches("http://");
+            let base = p.shim.base();
+            let host = base.split_once("://").map_or(base, |(_, h)| h);
             Some(format!("dst {}", host.rsplit_once(':')?.0))
         })
         .collect();
