@@ -94,12 +94,16 @@ pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     request: &[u8],
     head_only: bool,
 ) -> Result<Answer, H1Error> {
-    conn.write_all(request)
-        .await
-        .map_err(|source| H1Error::Io {
-            source,
-            answered: false,
-        })?;
+    // A TLS stream may keep the request's last records buffered after `write_all` (when the
+    // socket would block): only a flush sends them, or both sides wait for ever.
+    let sent = async {
+        conn.write_all(request).await?;
+        conn.flush().await
+    };
+    sent.await.map_err(|source| H1Error::Io {
+        source,
+        answered: false,
+    })?;
     buf.clear();
     let mut reader = AnswerReader::new(LIMITS, head_only);
     // `buf[at..]` is read but not yet used; `answered`: whether any byte of the answer came.

@@ -236,3 +236,24 @@ async fn a_kept_connection_the_server_closed_is_replaced() {
     }
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
 }
+
+#[tokio::test]
+async fn a_request_is_flushed_through_a_buffering_stream() {
+    // A writer that holds what it is given until flushed, as a TLS stream may hold its last
+    // records when the socket would block: the request must reach the server all the same.
+    let answers = vec![b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec()];
+    let conn = scripted(answers, 4096).await;
+    let mut buffered = tokio::io::BufStream::with_capacity(1 << 16, 1 << 16, conn);
+    let mut buf = Vec::new();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        exchange(&mut buffered, &mut buf, &get(), false),
+    )
+    .await
+    .expect("the request was never sent: it stayed in the writer's buffer")
+    .unwrap();
+    assert_eq!(
+        (answer.status.as_u16(), answer.body.as_ref()),
+        (200, &b"ok"[..])
+    );
+}
