@@ -16,9 +16,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// SHA-256 of the bearer token; `None` only with `insecure_no_auth`.
     pub token_sha256: Option<[u8; 32]>,
-    /// Seed of the TLS key (`STEPSHIM_TLS_SEED`): serve TLS 1.3 only; `None`: plain HTTP.
+    /// The TLS configuration of `STEPSHIM_TLS_SEED`'s key: serve TLS 1.3 only; `None`: plain HTTP.
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    pub(crate) tls_seed: Option<TlsSeed>,
+    pub(crate) tls: Option<TlsServer>,
     /// Where output logs spill.
     pub(crate) data_dir: PathBuf,
     /// Shutdown grace before SIGKILL.
@@ -101,14 +101,17 @@ impl FilesSettings {
     }
 }
 
-/// The TLS key's seed; its `Debug` never shows it.
+/// The shim's TLS configuration, made once from the seed when the configuration is read (a build
+/// without TLS never makes one); its `Debug` never shows the key.
 #[derive(Clone)]
-#[cfg_attr(not(feature = "tls"), allow(dead_code))]
-pub(crate) struct TlsSeed(pub(crate) [u8; 32]);
+pub(crate) struct TlsServer {
+    #[cfg(feature = "tls")]
+    pub(crate) config: std::sync::Arc<stepshim_tls::rustls::ServerConfig>,
+}
 
-impl std::fmt::Debug for TlsSeed {
+impl std::fmt::Debug for TlsServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TlsSeed(<secret>)")
+        f.write_str("TlsServer(<secret>)")
     }
 }
 
@@ -152,7 +155,7 @@ pub enum ConfigError {
 impl Config {
     /// Whether the shim serves TLS (it was given a seed).
     pub fn serves_tls(&self) -> bool {
-        self.tls_seed.is_some()
+        self.tls.is_some()
     }
 
     /// Reads the configuration from environment pairs and command-line arguments (without
@@ -165,7 +168,7 @@ impl Config {
         let v = Values::collect(env, args)?;
         let listen = parse(v.get(S::LISTEN).unwrap_or_default(), S::LISTEN)?;
         let token_sha256 = v.token()?;
-        let tls_seed = v.tls_seed()?;
+        let tls = v.tls()?;
         let data_dir = v.data_dir()?;
         let log_level = v.log_level()?;
         let tiny = Duration::from_nanos(1);
@@ -179,7 +182,7 @@ impl Config {
             oom_score_adj: v.ranged(S::OOM_SCORE_ADJ, -1000, 1000)? as i32,
             listen,
             token_sha256,
-            tls_seed,
+            tls,
             data_dir,
             grace: v.secs(S::GRACE_SECONDS, Duration::ZERO)?,
             drain: v.secs(S::DRAIN_SECONDS, Duration::ZERO)?,
@@ -299,28 +302,28 @@ impl Values {
         )
     }
 
-    /// The TLS key's seed: given, or read from its file; refused by a build without TLS.
-    fn tls_seed(&self) -> Result<Option<TlsSeed>, ConfigError> {
+    /// The TLS configuration of the key whose seed is given, or read from its file; refused by a
+    /// build without TLS.
+    fn tls(&self) -> Result<Option<TlsServer>, ConfigError> {
         let seed = match (self.get(S::TLS_SEED), self.get(S::TLS_SEED_FILE)) {
-            (Some(hex), _) => Some(parse_hex(hex.trim(), S::TLS_SEED)?),
-            (None, Some(path)) => Some(hex_file(path, S::TLS_SEED_FILE)?),
-            (None, None) => None,
+            (Some(hex), _) => parse_hex(hex.trim(), S::TLS_SEED)?,
+            (None, Some(path)) => hex_file(path, S::TLS_SEED_FILE)?,
+            (None, None) => return Ok(None),
         };
-        match seed {
-            #[cfg(feature = "tls")]
-            Some(bytes) => {
-                // Made once here so that serving never meets a configuration it cannot make.
-                let seed = stepshim_tls::Seed::from_bytes(bytes);
-                stepshim_tls::server_config(&seed).map_err(|e| ConfigError::Invalid {
-                    name: S::TLS_SEED,
-                    reason: e.to_string(),
-                })?;
-            }
-            #[cfg(not(feature = "tls"))]
-            Some(_) => return Err(ConfigError::NoTls),
-            None => {}
+        #[cfg(feature = "tls")]
+        {
+            let seed = stepshim_tls::Seed::from_bytes(seed);
+            let config = stepshim_tls::server_config(&seed).map_err(|e| ConfigError::Invalid {
+                name: S::TLS_SEED,
+                reason: e.to_string(),
+            })?;
+            Ok(Some(TlsServer { config }))
         }
-        Ok(seed.map(TlsSeed))
+        #[cfg(not(feature = "tls"))]
+        {
+            let _ = seed;
+            Err(ConfigError::NoTls)
+        }
     }
 
     /// The data directory, which must be absolute.

@@ -103,11 +103,7 @@ impl App {
                 same_owner,
             )),
             #[cfg(feature = "tls")]
-            tls: config.tls_seed.as_ref().map(|seed| {
-                let seed = stepshim_tls::Seed::from_bytes(seed.0);
-                stepshim_tls::server_config(&seed)
-                    .expect("the configuration was checked when it was read")
-            }),
+            tls: config.tls.as_ref().map(|t| t.config.clone()),
         }
     }
 
