@@ -210,25 +210,44 @@ pub struct Index {
     pub manifests: Vec<Descriptor>,
 }
 
-/// What a manifest or index says of itself.
+/// What a manifest or index says of itself: enough to tell one from an image config or any other
+/// JSON blob (an image config also has a `config` field, but not a descriptor in it).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SelfDescribed {
+    /// 2 for both.
+    #[serde(default)]
+    pub schema_version: Option<u32>,
     /// Its own media type, when it names one.
     #[serde(default)]
     pub media_type: Option<String>,
     /// Present in an index.
     #[serde(default)]
-    pub manifests: Option<serde::de::IgnoredAny>,
-    /// Present in a manifest.
+    pub manifests: Option<Vec<serde::de::IgnoredAny>>,
+    /// Present in a manifest: a descriptor.
     #[serde(default)]
-    pub config: Option<serde::de::IgnoredAny>,
+    pub config: Option<DescriptorShape>,
+}
+
+/// A descriptor's required fields, for [`SelfDescribed`].
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DescriptorShape {
+    /// Its media type.
+    pub media_type: String,
+    /// Its digest.
+    pub digest: String,
 }
 
 impl SelfDescribed {
-    /// The media type to answer a manifest with: its own, else what its fields make it.
+    /// The media type to answer a manifest with: its own, else what its fields make it; `None`
+    /// for anything that is not a schema 2 manifest or index.
     pub fn media_type(&self) -> Option<&str> {
+        if self.schema_version != Some(2) {
+            return None;
+        }
         match (&self.media_type, &self.manifests, &self.config) {
+            (Some(_), None, None) => None,
             (Some(t), _, _) => Some(t),
             (None, Some(_), None) => Some(INDEX),
             (None, None, Some(_)) => Some(MANIFEST),
