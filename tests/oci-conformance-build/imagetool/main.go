@@ -9,9 +9,10 @@
 //
 // check reads the credentials from IMAGETOOL_USER and IMAGETOOL_PASSWORD, and with -auth also
 // checks the refusals of requests without them (IMAGETOOL_DENIED_TOKEN: a token that must get
-// 403 DENIED). -want DIGEST is the manifest digest latest must resolve to, and -tags "latest 1.0" the tags
-// that must resolve to it. It prints three lines,
-// the tags, manifest digests and blob digests for OCI_RO_DATA_TAGS, _MANIFESTS and _BLOBS.
+// 403 DENIED). -want DIGEST is the manifest digest latest must resolve to, -tags "latest 1.0" the
+// tags that must resolve to it. It prints three lines, the tags, manifest digests and blob digests
+// for OCI_RO_DATA_TAGS, _MANIFESTS and _BLOBS (empty when latest does not resolve), and exits with
+// status 1 after them if any check failed.
 package main
 
 import (
@@ -46,12 +47,12 @@ func main() {
 		c := checker{base: fs.Arg(0), name: fs.Arg(1), user: os.Getenv("IMAGETOOL_USER"),
 			pass: os.Getenv("IMAGETOOL_PASSWORD")}
 		tagList, manifests, blobs := c.run(*auth, *want, strings.Fields(*tags), os.Getenv("IMAGETOOL_DENIED_TOKEN"))
-		if c.failed {
-			os.Exit(1)
-		}
 		fmt.Println(tagList)
 		fmt.Println(manifests)
 		fmt.Println(blobs)
+		if c.failed {
+			os.Exit(1)
+		}
 	default:
 		usage()
 	}
