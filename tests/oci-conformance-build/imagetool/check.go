@@ -110,7 +110,7 @@ func (c *checker) refused(method, path, auth string, status int, code string) an
 	return a
 }
 
-func (c *checker) run(auth bool, want string, tags []string, deniedToken string) (tagList, manifests, blobs string) {
+func (c *checker) run(auth, rootfs bool, want string, tags []string, deniedToken string) (tagList, manifests, blobs string) {
 	v2 := "/v2/" + c.name
 	if auth {
 		a := c.refused(http.MethodGet, "/v2/", "", http.StatusUnauthorized, "UNAUTHORIZED")
@@ -150,6 +150,9 @@ func (c *checker) run(auth bool, want string, tags []string, deniedToken string)
 	if err := json.Unmarshal(body, &m); err != nil || m.MediaType != head.header.Get("Content-Type") {
 		c.fail("GET %s/manifests/latest: not a manifest of media type %q (%v)", v2, head.header.Get("Content-Type"), err)
 		return
+	}
+	if rootfs {
+		c.rootfsImage(m.Config, m.Layers)
 	}
 	blobs = m.Config.Digest
 	for _, d := range append([]descriptor{m.Config}, m.Layers...) {

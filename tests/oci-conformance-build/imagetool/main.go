@@ -10,7 +10,8 @@
 // check reads the credentials from IMAGETOOL_USER and IMAGETOOL_PASSWORD, and with -auth also
 // checks the refusals of requests without them (IMAGETOOL_DENIED_TOKEN: a token that must get
 // 403 DENIED). -want DIGEST is the manifest digest latest must resolve to, -tags "latest 1.0" the
-// tags that must resolve to it. It prints three lines, the tags, manifest digests and blob digests
+// tags that must resolve to it; -rootfs checks the config and layer made of imagetool rootfs's
+// directory. It prints three lines, the tags, manifest digests and blob digests
 // for OCI_RO_DATA_TAGS, _MANIFESTS and _BLOBS (empty when latest does not resolve), and exits with
 // status 1 after them if any check failed.
 package main
@@ -41,12 +42,13 @@ func main() {
 		fs := flag.NewFlagSet("check", flag.ExitOnError)
 		auth := fs.Bool("auth", false, "check that requests without the credentials are refused")
 		want := fs.String("want", "", "the manifest digest latest must resolve to")
+		rootfs := fs.Bool("rootfs", false, "check the config and layer made of imagetool rootfs's directory")
 		tags := fs.String("tags", "latest", "space-separated tags that must resolve to latest's manifest")
 		must(fs.Parse(args))
 		need(fs.Args(), 2)
 		c := checker{base: fs.Arg(0), name: fs.Arg(1), user: os.Getenv("IMAGETOOL_USER"),
 			pass: os.Getenv("IMAGETOOL_PASSWORD")}
-		tagList, manifests, blobs := c.run(*auth, *want, strings.Fields(*tags), os.Getenv("IMAGETOOL_DENIED_TOKEN"))
+		tagList, manifests, blobs := c.run(*auth, *rootfs, *want, strings.Fields(*tags), os.Getenv("IMAGETOOL_DENIED_TOKEN"))
 		fmt.Println(tagList)
 		fmt.Println(manifests)
 		fmt.Println(blobs)
@@ -65,6 +67,6 @@ func need(args []string, n int) {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: imagetool layout DIR | rootfs DIR | push URL NAME DIR | check [-auth] [-want DIGEST] [-tags TAGS] URL NAME")
+	fmt.Fprintln(os.Stderr, "usage: imagetool layout DIR | rootfs DIR | push URL NAME DIR | check [-auth] [-rootfs] [-want DIGEST] [-tags TAGS] URL NAME")
 	os.Exit(64)
 }
