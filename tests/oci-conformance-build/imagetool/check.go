@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -113,15 +114,7 @@ func (c *checker) refused(method, path, auth string, status int, code string) an
 func (c *checker) run(auth, rootfs bool, want string, tags []string, deniedToken string) (tagList, manifests, blobs string) {
 	v2 := "/v2/" + c.name
 	if auth {
-		a := c.refused(http.MethodGet, "/v2/", "", http.StatusUnauthorized, "UNAUTHORIZED")
-		if !strings.HasPrefix(a.header.Get("WWW-Authenticate"), "Basic ") {
-			c.fail("GET /v2/ without credentials: WWW-Authenticate %q, want Basic", a.header.Get("WWW-Authenticate"))
-		}
-		c.refused(http.MethodGet, v2+"/manifests/latest", "", http.StatusUnauthorized, "UNAUTHORIZED")
-		c.refused(http.MethodGet, v2+"/manifests/latest", "Bearer "+random(), http.StatusUnauthorized, "UNAUTHORIZED")
-		if deniedToken != "" {
-			c.refused(http.MethodGet, v2+"/manifests/latest", "Bearer "+deniedToken, http.StatusForbidden, "DENIED")
-		}
+		c.refusals(v2, deniedToken)
 	}
 	if a := c.do(http.MethodGet, "/v2/", "user"); a.status != http.StatusOK {
 		c.fail("GET /v2/: status %d, want 200: %s", a.status, a.body)
@@ -133,33 +126,23 @@ func (c *checker) run(auth, rootfs bool, want string, tags []string, deniedToken
 		return
 	}
 	if want != "" && digest != want {
-		c.fail("HEAD %s/manifests/latest: digest %s, want %s (the layout's manifest)", v2, digest, want)
+		c.fail("HEAD %s/manifests/latest: digest %s, want %s (the layout's)", v2, digest, want)
 	}
-	body := c.content(v2+"/manifests/latest", digest, -1, head.header.Get("Content-Type"))
-	c.content(v2+"/manifests/"+digest, digest, int64(len(body)), head.header.Get("Content-Type"))
+	mediaType := head.header.Get("Content-Type")
+	body := c.content(v2+"/manifests/latest", digest, -1, mediaType)
+	var seen seenContent
+	c.walk(descriptor{MediaType: mediaType, Digest: digest, Size: int64(len(body))}, rootfs, &seen)
 	for _, tag := range tags {
-		if tag != "latest" {
-			c.content(v2+"/manifests/"+tag, digest, int64(len(body)), head.header.Get("Content-Type"))
+		if tag == "latest" {
+			continue
 		}
-	}
-	var m struct {
-		MediaType string
-		Config    descriptor
-		Layers    []descriptor
-	}
-	if err := json.Unmarshal(body, &m); err != nil || m.MediaType != head.header.Get("Content-Type") {
-		c.fail("GET %s/manifests/latest: not a manifest of media type %q (%v)", v2, head.header.Get("Content-Type"), err)
-		return
-	}
-	if rootfs {
-		c.rootfsImage(m.Config, m.Layers)
-	}
-	blobs = m.Config.Digest
-	for _, d := range append([]descriptor{m.Config}, m.Layers...) {
-		c.content(v2+"/blobs/"+d.Digest, d.Digest, d.Size, "")
-		if d.Digest != m.Config.Digest {
-			blobs += " " + d.Digest
+		h := c.do(http.MethodHead, v2+"/manifests/"+tag, "user")
+		d := h.header.Get("Docker-Content-Digest")
+		if h.status != http.StatusOK || !slices.Contains(seen.manifests, d) {
+			c.fail("HEAD %s/manifests/%s: status %d, digest %q, want 200 and one of %v", v2, tag, h.status, d, seen.manifests)
+			continue
 		}
+		c.content(v2+"/manifests/"+tag, d, -1, h.header.Get("Content-Type"))
 	}
 	unknown := "sha256:" + random()
 	c.refused(http.MethodGet, v2+"/blobs/"+unknown, "user", http.StatusNotFound, "BLOB_UNKNOWN")
@@ -167,7 +150,60 @@ func (c *checker) run(auth, rootfs bool, want string, tags []string, deniedToken
 	c.refused(http.MethodGet, v2+"/manifests/"+unknown, "user", http.StatusNotFound, "MANIFEST_UNKNOWN")
 	c.refused(http.MethodGet, v2+"/manifests/no-such-tag", "user", http.StatusNotFound, "MANIFEST_UNKNOWN")
 	c.refused(http.MethodDelete, v2+"/manifests/"+digest, "user", http.StatusMethodNotAllowed, "UNSUPPORTED")
-	return strings.Join(tags, " "), digest, blobs
+	return strings.Join(tags, " "), strings.Join(seen.manifests, " "), strings.Join(seen.blobs, " ")
+}
+
+// refusals checks the answers to requests without a grant token: 401 with a Basic challenge, and
+// 403 DENIED for deniedToken (the pod's own token) when given.
+func (c *checker) refusals(v2, deniedToken string) {
+	a := c.refused(http.MethodGet, "/v2/", "", http.StatusUnauthorized, "UNAUTHORIZED")
+	if !strings.HasPrefix(a.header.Get("WWW-Authenticate"), "Basic ") {
+		c.fail("GET /v2/ without credentials: WWW-Authenticate %q, want Basic", a.header.Get("WWW-Authenticate"))
+	}
+	c.refused(http.MethodGet, v2+"/manifests/latest", "", http.StatusUnauthorized, "UNAUTHORIZED")
+	c.refused(http.MethodGet, v2+"/manifests/latest", "Bearer "+random(), http.StatusUnauthorized, "UNAUTHORIZED")
+	if deniedToken != "" {
+		c.refused(http.MethodGet, v2+"/manifests/latest", "Bearer "+deniedToken, http.StatusForbidden, "DENIED")
+	}
+}
+
+// content lists the manifests and blobs seen, each once, in the order first seen.
+type seenContent struct{ manifests, blobs []string }
+
+// walk checks the manifest or index d by digest and everything it refers to.
+func (c *checker) walk(d descriptor, rootfs bool, seen *seenContent) {
+	v2 := "/v2/" + c.name
+	if slices.Contains(seen.manifests, d.Digest) {
+		return
+	}
+	seen.manifests = append(seen.manifests, d.Digest)
+	body := c.content(v2+"/manifests/"+d.Digest, d.Digest, d.Size, d.MediaType)
+	var m struct {
+		MediaType string
+		Manifests []descriptor
+		Config    descriptor
+		Layers    []descriptor
+	}
+	if err := json.Unmarshal(body, &m); err != nil || m.MediaType != d.MediaType ||
+		(m.MediaType != mtIndex && m.MediaType != mtManifest) {
+		c.fail("GET %s/manifests/%s: not an OCI index or manifest of media type %q (%v)", v2, d.Digest, d.MediaType, err)
+		return
+	}
+	for _, child := range m.Manifests {
+		c.walk(child, rootfs, seen)
+	}
+	if m.MediaType != mtManifest {
+		return
+	}
+	if rootfs {
+		c.rootfsImage(m.Config, m.Layers)
+	}
+	for _, b := range append([]descriptor{m.Config}, m.Layers...) {
+		if !slices.Contains(seen.blobs, b.Digest) {
+			seen.blobs = append(seen.blobs, b.Digest)
+			c.content(v2+"/blobs/"+b.Digest, b.Digest, b.Size, "")
+		}
+	}
 }
 
 // random is 32 random bytes in hex: an unknown digest or token.

@@ -3,6 +3,7 @@
 // bytes of content it did not push).
 //
 //	imagetool layout DIR           write an OCI image layout (tags latest and 1.0) into DIR
+//	imagetool index DIR            the same with an image per platform (amd64, arm64) in index.json
 //	imagetool rootfs DIR           write Concourse's rootfs/ + metadata.json into DIR
 //	imagetool push URL NAME DIR    push the layout in DIR to the registry at URL as NAME
 //	imagetool check URL NAME       check the image NAME at URL and print the suite's settings
@@ -31,7 +32,10 @@ func main() {
 	switch os.Args[1] {
 	case "layout":
 		need(args, 1)
-		writeLayout(args[0])
+		writeLayout(args[0], "amd64")
+	case "index":
+		need(args, 1)
+		writeLayout(args[0], "amd64", "arm64")
 	case "rootfs":
 		need(args, 1)
 		writeRootfs(args[0])
@@ -67,6 +71,6 @@ func need(args []string, n int) {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: imagetool layout DIR | rootfs DIR | push URL NAME DIR | check [-auth] [-rootfs] [-want DIGEST] [-tags TAGS] URL NAME")
+	fmt.Fprintln(os.Stderr, "usage: imagetool layout DIR | index DIR | rootfs DIR | push URL NAME DIR | check [-auth] [-rootfs] [-want DIGEST] [-tags TAGS] URL NAME")
 	os.Exit(64)
 }

@@ -1,8 +1,8 @@
 package main
 
 // Pushing a layout to a registry that accepts pushes (CNCF distribution's, to check the harness
-// against a known registry): each blob by a monolithic POST and PUT, then the manifest under each
-// tag.
+// against a known registry): each blob by a monolithic POST and PUT, each manifest by digest and
+// under its tag, then latest as the shim serves it.
 
 import (
 	"bytes"
@@ -17,27 +17,37 @@ import (
 )
 
 func push(base, name, dir string) {
+	indexJSON := readFile(dir, "index.json")
 	var index struct{ Manifests []descriptor }
-	must(json.Unmarshal(readFile(dir, "index.json"), &index))
-	if len(index.Manifests) != 1 {
-		must(fmt.Errorf("%s/index.json lists %d manifests, not 1", dir, len(index.Manifests)))
+	must(json.Unmarshal(indexJSON, &index))
+	for _, m := range index.Manifests {
+		body := readBlob(dir, m.Digest)
+		var manifest struct {
+			Config descriptor
+			Layers []descriptor
+		}
+		must(json.Unmarshal(body, &manifest))
+		for _, d := range append([]descriptor{manifest.Config}, manifest.Layers...) {
+			pushBlob(base, name, d.Digest, readBlob(dir, d.Digest))
+		}
+		pushManifest(base, name, m.Digest, m.MediaType, body)
+		if tag := m.Annotations[refName]; tag != "" {
+			pushManifest(base, name, tag, m.MediaType, body)
+		}
 	}
-	m := index.Manifests[0]
-	body := readBlob(dir, m.Digest)
-	var manifest struct {
-		Config descriptor
-		Layers []descriptor
+	// latest: the only manifest, or the index itself when it lists several.
+	if len(index.Manifests) == 1 {
+		pushManifest(base, name, "latest", index.Manifests[0].MediaType, readBlob(dir, index.Manifests[0].Digest))
+	} else {
+		pushManifest(base, name, "latest", mtIndex, indexJSON)
 	}
-	must(json.Unmarshal(body, &manifest))
-	for _, d := range append([]descriptor{manifest.Config}, manifest.Layers...) {
-		pushBlob(base, name, d.Digest, readBlob(dir, d.Digest))
-	}
-	for _, tag := range []string{"latest", m.Annotations[refName]} {
-		req, err := http.NewRequest(http.MethodPut, base+"/v2/"+name+"/manifests/"+tag, bytes.NewReader(body))
-		must(err)
-		req.Header.Set("Content-Type", m.MediaType)
-		expect(req, http.StatusCreated)
-	}
+}
+
+func pushManifest(base, name, ref, mediaType string, body []byte) {
+	req, err := http.NewRequest(http.MethodPut, base+"/v2/"+name+"/manifests/"+ref, bytes.NewReader(body))
+	must(err)
+	req.Header.Set("Content-Type", mediaType)
+	expect(req, http.StatusCreated)
 }
 
 func pushBlob(base, name, digest string, b []byte) {

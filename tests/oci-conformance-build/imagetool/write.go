@@ -91,9 +91,10 @@ func numbers() []byte {
 	return []byte(sb.String())
 }
 
-// writeLayout writes an OCI image layout with one image (tags latest and 1.0): an uncompressed
-// layer, a gzip layer and its config.
-func writeLayout(dir string) {
+// writeLayout writes an OCI image layout: one image (tags latest and 1.0) of an uncompressed layer
+// and a gzip layer for one architecture, or, for several, an image per architecture sharing the
+// layers (tags 1.0, 2.0, ...), listed with their platforms in index.json (latest: the index).
+func writeLayout(dir string, archs ...string) {
 	blobs := filepath.Join(dir, "blobs", "sha256")
 	must(os.MkdirAll(blobs, 0o755))
 	put := func(mediaType string, b []byte) descriptor {
@@ -109,21 +110,32 @@ func writeLayout(dir string) {
 	})
 	data := tarOf([]entry{{name: "data/"}, {name: "data/numbers.txt", body: numbers()}})
 	layers := []descriptor{put(mtLayer, base), put(mtLayerGz, gzipOf(data))}
-	config := map[string]any{
-		"architecture": "amd64",
-		"os":           "linux",
-		"config":       map[string]any{"Env": []string{"PATH=/bin"}, "Cmd": []string{"/bin/sh"}, "WorkingDir": "/"},
-		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{digestOf(base), digestOf(data)}},
+	var manifests []any
+	for i, arch := range archs {
+		config := map[string]any{
+			"architecture": arch,
+			"os":           "linux",
+			"config":       map[string]any{"Env": []string{"PATH=/bin"}, "Cmd": []string{"/bin/sh"}, "WorkingDir": "/"},
+			"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{digestOf(base), digestOf(data)}},
+		}
+		manifest := map[string]any{
+			"schemaVersion": 2,
+			"mediaType":     mtManifest,
+			"config":        put(mtConfig, jsonOf(config)),
+			"layers":        layers,
+		}
+		m := put(mtManifest, jsonOf(manifest))
+		m.Annotations = map[string]string{refName: fmt.Sprintf("%d.0", i+1)}
+		if len(archs) == 1 {
+			manifests = append(manifests, m)
+		} else {
+			manifests = append(manifests, struct {
+				descriptor
+				Platform map[string]string `json:"platform"`
+			}{m, map[string]string{"os": "linux", "architecture": arch}})
+		}
 	}
-	manifest := map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     mtManifest,
-		"config":        put(mtConfig, jsonOf(config)),
-		"layers":        layers,
-	}
-	m := put(mtManifest, jsonOf(manifest))
-	m.Annotations = map[string]string{refName: "1.0"}
-	index := map[string]any{"schemaVersion": 2, "mediaType": mtIndex, "manifests": []descriptor{m}}
+	index := map[string]any{"schemaVersion": 2, "mediaType": mtIndex, "manifests": manifests}
 	must(os.WriteFile(filepath.Join(dir, "index.json"), jsonOf(index), 0o644))
 	must(os.WriteFile(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644))
 }
