@@ -153,7 +153,10 @@ mod tests {
         let body = br#"{"error":{"code":"no_route","message":"no such route"}}"#;
         assert!(matches!(
             oci_error_of(StatusCode::NOT_FOUND, body),
-            ClientError::Api { code: Some(protocol::ErrorCode::NoRoute), .. }
+            ClientError::Api {
+                code: Some(protocol::ErrorCode::NoRoute),
+                ..
+            }
         ));
         assert!(is_sha256_digest(&format!("sha256:{}", "0a".repeat(32))));
         assert!(!is_sha256_digest(&format!("sha256:{}", "0A".repeat(32))));

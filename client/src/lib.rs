@@ -19,8 +19,8 @@
 
 mod artifacts;
 mod error;
-mod images;
 pub mod h1;
+mod images;
 pub mod local;
 mod output;
 mod process;
