@@ -5,13 +5,10 @@
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
-use serde::Deserialize;
+use protocol::registry::{self, DIGEST_HEADER};
 
 use crate::transport::{full_body, read_cut};
 use crate::{ClientError, ShimClient, h1};
-
-/// The header naming a manifest's digest.
-pub const DIGEST_HEADER: &str = "docker-content-digest";
 
 /// What `HEAD /v2/<name>/manifests/<reference>` answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,18 +19,6 @@ pub struct ManifestHead {
     pub media_type: String,
     /// The manifest's size in bytes.
     pub size: u64,
-}
-
-#[derive(Deserialize)]
-struct OciErrors {
-    errors: Vec<OciError>,
-}
-
-#[derive(Deserialize)]
-struct OciError {
-    code: String,
-    #[serde(default)]
-    message: String,
 }
 
 impl ShimClient {
@@ -64,7 +49,7 @@ impl ShimClient {
                 .to_owned()
         };
         let digest = header(DIGEST_HEADER);
-        if !is_sha256_digest(&digest) {
+        if registry::parse_digest(&digest).is_err() {
             return Err(ClientError::Api {
                 status: status.as_u16(),
                 code: None,
@@ -109,7 +94,7 @@ impl ShimClient {
 
 /// The error an answer of `status` with an OCI error body (or anything else) stands for.
 fn oci_error_of(status: StatusCode, body: &[u8]) -> ClientError {
-    match serde_json::from_slice::<OciErrors>(body) {
+    match serde_json::from_slice::<registry::Errors>(body) {
         Ok(e) if !e.errors.is_empty() => ClientError::Api {
             status: status.as_u16(),
             code: None,
@@ -119,15 +104,6 @@ fn oci_error_of(status: StatusCode, body: &[u8]) -> ClientError {
         // Not the registry's body: the shim's own error (an older shim: no /v2/), or a proxy's.
         _ => crate::api_error_of(status, body),
     }
-}
-
-/// `sha256:` and 64 lowercase hex digits.
-fn is_sha256_digest(s: &str) -> bool {
-    s.strip_prefix("sha256:").is_some_and(|h| {
-        h.len() == 64
-            && h.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
 }
 
 #[cfg(test)]
@@ -158,8 +134,5 @@ mod tests {
                 ..
             }
         ));
-        assert!(is_sha256_digest(&format!("sha256:{}", "0a".repeat(32))));
-        assert!(!is_sha256_digest(&format!("sha256:{}", "0A".repeat(32))));
-        assert!(!is_sha256_digest("sha512:00"));
     }
 }

@@ -38,7 +38,7 @@ use serde::de::DeserializeOwned;
 
 pub use artifacts::FilesOut;
 pub use error::ClientError;
-pub use images::{DIGEST_HEADER, ManifestHead};
+pub use images::ManifestHead;
 pub use output::{Attached, OutputStream};
 pub use stepshim_tls::{Pin, Seed};
 use transport::full_body;

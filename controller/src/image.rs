@@ -98,7 +98,7 @@ impl ImageFrom {
     /// The image's name: the directory's last component, which must be an OCI name component.
     pub fn name(&self) -> Result<&str, ImageError> {
         let name = self.path.rsplit('/').next().unwrap_or_default();
-        if is_name_component(name) {
+        if protocol::registry::valid_component(name) {
             Ok(name)
         } else {
             Err(ImageError::Name {
@@ -107,38 +107,6 @@ impl ImageFrom {
             })
         }
     }
-}
-
-/// Whether `s` matches the OCI name component grammar `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`.
-pub fn is_name_component(s: &str) -> bool {
-    let b = s.as_bytes();
-    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    let (mut i, mut need_alnum) = (0, true);
-    while i < b.len() {
-        if alnum(b[i]) {
-            need_alnum = false;
-            i += 1;
-            continue;
-        }
-        if need_alnum {
-            return false;
-        }
-        // A separator: '.', '_', '__', or one or more '-'.
-        let start = i;
-        match b[i] {
-            b'.' => i += 1,
-            b'_' => i += if b.get(i + 1) == Some(&b'_') { 2 } else { 1 },
-            b'-' => {
-                while b.get(i) == Some(&b'-') {
-                    i += 1;
-                }
-            }
-            _ => return false,
-        }
-        debug_assert!(i > start);
-        need_alnum = true;
-    }
-    !b.is_empty() && !need_alnum
 }
 
 /// The image reference a consuming pod names: `127.0.0.1:<port>/<source IP>/<name>@<digest>`.
@@ -154,12 +122,7 @@ pub fn reference(
         pod: pod.to_owned(),
         ip: ip.to_owned(),
     })?;
-    let hex = digest.strip_prefix("sha256:").unwrap_or_default();
-    if hex.len() != 64
-        || !hex
-            .bytes()
-            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
-    {
+    if protocol::registry::parse_digest(digest).is_err() {
         return Err(ImageError::Digest(digest.to_owned()));
     }
     Ok(format!("127.0.0.1:{port}/{ip4}/{name}@{digest}"))
