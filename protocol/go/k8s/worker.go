@@ -39,6 +39,15 @@ type Config struct {
 	Key Key
 	// SyncTimeout bounds the first list; zero means 30s.
 	SyncTimeout time.Duration
+	// ForwarderPort is the node-local forwarder's port on 127.0.0.1 that images of step pods are
+	// pulled through (StepSpec.ImageFrom); zero means DefaultForwarderPort.
+	ForwarderPort int
+	// ImageGrantTTL is how long the grant for an image of a step pod lasts; zero means
+	// DefaultImageGrantTTL.
+	ImageGrantTTL time.Duration
+	// ImagesViaProxy reaches the source shims of StepSpec.ImageFrom through the apiserver
+	// (ConnectViaProxy) instead of at their pod IPs (Connect).
+	ImagesViaProxy bool
 }
 
 // Worker creates, watches and deletes one worker's step pods and reaches their shims. Methods are safe
@@ -49,7 +58,9 @@ type Worker struct {
 	worker    string
 	key       Key
 	// port is where shims serve at their pod IPs: ShimPort, another port only in tests.
-	port      int
+	port int
+	// images is how images of step pods are granted and named (Config's settings).
+	images    imageSettings
 	factory   informers.SharedInformerFactory
 	lister    listersv1.PodNamespaceLister
 	stop      chan struct{}
@@ -93,6 +104,7 @@ func NewWorker(ctx context.Context, cs kubernetes.Interface, cfg Config) (*Worke
 	pods := factory.Core().V1().Pods()
 	w := &Worker{
 		cs: cs, namespace: cfg.Namespace, worker: cfg.Worker, key: cfg.Key, port: ShimPort, factory: factory,
+		images: settingsOf(cfg),
 		lister: pods.Lister().Pods(cfg.Namespace), stop: make(chan struct{}), changed: make(chan struct{}),
 	}
 	informer := pods.Informer()
@@ -159,6 +171,9 @@ func (w *Worker) Token(pod string) string { return w.key.Token(w.namespace, pod)
 func (w *Worker) Create(ctx context.Context, spec StepSpec) (*corev1.Pod, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
+	}
+	if spec.ImageFrom != nil {
+		return w.createFrom(ctx, spec)
 	}
 	pod := StepPod(spec, w.worker, AuthOf(w.Token(spec.Name), spec.Delivery.TLS()))
 	return w.cs.CoreV1().Pods(w.namespace).Create(ctx, pod, metav1.CreateOptions{})
