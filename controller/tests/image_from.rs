@@ -117,7 +117,7 @@ async fn a_directory_resolves_to_the_digest_of_the_manifest_it_serves() {
     // Through the apiserver's proxy the token travels in X-Stepshim-Token: a client sending it
     // there (straight to the shim here) resolves the same.
     let proxied = ShimClient::with_transport(
-        &s.client.base().to_owned(),
+        s.client.base(),
         Some(s.token.clone()),
         TokenHeader::Proxy,
         Arc::new(Direct::new(Duration::from_secs(5))),
