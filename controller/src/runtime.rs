@@ -1,7 +1,8 @@
 //! One target of the controller: a kubeconfig (or in-cluster service account), a namespace and a
 //! worker name. Creates step pods, waits for them on the shared pod watch, hands out shim clients
 //! with each pod's token (to the pod IP or through the apiserver, see [`crate::via`]), and deletes
-//! pods. Pods are the only API objects it touches.
+//! pods. Pods are the only API objects it touches (the image-pull Secrets of images from step pods
+//! are [`crate::image_source`]'s).
 
 use std::path::PathBuf;
 use std::sync::Arc;

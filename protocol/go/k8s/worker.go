@@ -1,7 +1,8 @@
 // Worker: one worker's pods in one namespace, seen through one shared informer filtered by the worker
 // label (list once, then watch; client-go relists with backoff after errors such as an apiserver
 // restart). Every wait, list and GC reads this cache and wakes on its changes; nothing lists pods per
-// tick or polls a pod. Pods are the only API objects it writes.
+// tick or polls a pod. Pods are the only API objects it writes, and the image-pull Secrets of
+// StepSpec.ImageFrom (image_worker.go).
 
 package k8s
 
