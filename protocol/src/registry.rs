@@ -3,8 +3,6 @@
 //! spec spells them, the JSON documents the shim reads (`index.json`, Concourse's `metadata.json`)
 //! and writes (a manifest and an image config), and the error body. No I/O.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 /// Prefix of every image route.
@@ -187,9 +185,21 @@ pub struct Descriptor {
     pub digest: String,
     /// Bytes.
     pub size: u64,
-    /// Annotations (the tag of an `index.json` entry).
+    /// Annotations: only the tag of an `index.json` entry is read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub annotations: Option<BTreeMap<String, String>>,
+    pub annotations: Option<Annotations>,
+}
+
+/// The annotations of a [`Descriptor`] the shim reads; others are ignored.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Annotations {
+    /// `org.opencontainers.image.ref.name`: the entry's tag.
+    #[serde(
+        rename = "org.opencontainers.image.ref.name",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ref_name: Option<String>,
 }
 
 /// An image index (`index.json` of a layout): only what the shim reads.
