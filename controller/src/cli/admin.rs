@@ -206,6 +206,20 @@ pub async fn check(target: &Target, out: Output) -> Result<i32> {
                 missing.join(", ")
             );
         }
+        let missing: Vec<_> = health
+            .secrets
+            .iter()
+            .filter(|a| !a.allowed)
+            .map(|a| a.verb.as_str())
+            .collect();
+        if missing.is_empty() {
+            println!("  images from step pods (run --image-from): secrets allowed");
+        } else {
+            println!(
+                "  images from step pods (run --image-from) need secrets {}",
+                missing.join(", ")
+            );
+        }
         for a in health.unneeded.iter().filter(|a| a.allowed) {
             println!(
                 "  warning: {} {} is allowed but never needed",
