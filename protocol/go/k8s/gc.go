@@ -100,6 +100,9 @@ type Health struct {
 	Unneeded []Access `json:"unneeded"`
 	// Proxy are the pods/proxy verbs ShimViaProxy needs, with their answers.
 	Proxy []Access `json:"proxy"`
+	// Secrets are the verbs on secrets that images of step pods (StepSpec.ImageFrom) need, with
+	// their answers; they do not count in OK.
+	Secrets []Access `json:"secrets"`
 	// ProxyAllowed says every one of them is: the worker may reach shims through the apiserver.
 	// Reaching them at pod IPs needs no right, only a route, which no access review can tell.
 	ProxyAllowed bool `json:"proxyAllowed"`
@@ -141,6 +144,13 @@ func (w *Worker) Check(ctx context.Context) (*Health, error) {
 		}
 		h.Proxy = append(h.Proxy, a)
 		h.ProxyAllowed = h.ProxyAllowed && a.Allowed
+	}
+	for _, verb := range SecretVerbs {
+		a, err := w.review(ctx, "secrets", verb)
+		if err != nil {
+			return nil, err
+		}
+		h.Secrets = append(h.Secrets, a)
 	}
 	for _, u := range Unneeded {
 		a, err := w.review(ctx, u[0], u[1])
