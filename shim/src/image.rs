@@ -83,7 +83,32 @@ pub(crate) struct Images {
     /// Held while a tree is hashed: requests for the same image wait for one hash, not each
     /// make their own.
     hashing: Mutex<()>,
+    /// Layout blobs whose content was found to match their digest, by what `fstat` says of them:
+    /// sent again unchanged, they are not hashed again.
+    verified: Mutex<Vec<(FileKey, [u8; 32])>>,
 }
+
+/// What identifies a file's content without reading it: a write moves its change time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileKey([i64; 6]);
+
+impl FileKey {
+    /// The key of an open file.
+    pub(crate) fn of(file: &File) -> io::Result<FileKey> {
+        let m = file.metadata()?;
+        Ok(FileKey([
+            m.dev() as i64,
+            m.ino() as i64,
+            m.size() as i64,
+            m.ctime(),
+            m.ctime_nsec(),
+            m.mtime_nsec(),
+        ]))
+    }
+}
+
+/// How many verified blobs are remembered.
+const VERIFIED: usize = 256;
 
 /// How many `rootfs/` images keep their digests.
 const KEPT: usize = 16;
@@ -119,6 +144,29 @@ impl Images {
                 built.blob(now, digest)
             }
         }
+    }
+
+    /// Whether `file` (with `key`) was already found to hold `digest`.
+    pub(crate) fn is_verified(&self, key: FileKey, digest: &[u8; 32]) -> bool {
+        let v = self.verified.lock().unwrap_or_else(|e| e.into_inner());
+        v.iter().any(|(k, d)| *k == key && d == digest)
+    }
+
+    /// Remembers that the file with `key` holds `digest`, if it had not changed for a while when
+    /// it was opened: a change time within the clock's coarse tick of a rewrite could hide it.
+    pub(crate) fn verified(&self, key: FileKey, digest: [u8; 32]) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        if now - key.0[3] < 2 {
+            return;
+        }
+        let mut v = self.verified.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|(k, _)| *k != key);
+        if v.len() >= VERIFIED {
+            v.remove(0);
+        }
+        v.push((key, digest));
     }
 
     /// The image of `dir/rootfs/` as it is now, from the cache when its tree and metadata have not

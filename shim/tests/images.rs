@@ -424,3 +424,33 @@ async fn only_a_grant_opens_an_image_and_only_its_own() {
     let (status, _, body) = get(&shim, "GET", latest, &short).await;
     assert_eq!((status, oci_code(&body).as_str()), (401, "UNAUTHORIZED"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_found_to_match_is_sent_again_and_a_rewrite_is_still_caught() {
+    let shim = Shim::start();
+    let dir = scratch("verified").join("tools");
+    let (_, layer_digest) = layout(&dir);
+    let token = granted(&shim, &dir, 600).await;
+    // Unchanged for 2 s: the first answer's check is remembered, the second is sent unhashed.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let path = format!("/v2/tools/blobs/{layer_digest}");
+    for _ in 0..2 {
+        let (status, _, layer) = get(&shim, "GET", &path, &token).await;
+        assert_eq!((status, sha(&layer)), (200, layer_digest.clone()));
+    }
+    // Rewritten in place with other bytes of the same size: its change time moved, so it is hashed
+    // again and cut off.
+    let file = dir.join("blobs/sha256").join(&layer_digest[7..]);
+    let mut bad = std::fs::read(&file).unwrap();
+    bad[(3 << 20) - 1] ^= 1;
+    std::fs::write(&file, &bad).unwrap();
+    let resp = raw_bytes(
+        &shim.addr,
+        "GET",
+        &path,
+        &[("Authorization", &basic(&token))],
+    )
+    .await;
+    let at = resp.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(resp.len() - at < 3 << 20, "a rewritten blob was sent whole");
+}

@@ -22,7 +22,7 @@ use super::body::{Body, ChannelBody, full};
 use super::files::ChannelWriter;
 use crate::error::Error;
 use crate::grants::Granted;
-use crate::image::{Content, Found, ImageError};
+use crate::image::{Content, FileKey, Found, ImageError};
 use crate::output_log::IO_CHUNK;
 
 /// A refused image request: its status, OCI code and message.
@@ -253,7 +253,7 @@ fn image_refusal(e: ImageError, blob: bool) -> Refusal {
 
 /// The 200 answer for `found`: headers always, the content unless `head`.
 fn answer(
-    app: &App,
+    app: &Arc<App>,
     found: Found,
     head: bool,
     slot: Option<OwnedSemaphorePermit>,
@@ -278,7 +278,7 @@ fn answer(
 
 /// Streams a blob or layer from the blocking pool, holding the slot until it ends.
 fn stream(
-    app: &App,
+    app: &Arc<App>,
     content: Content,
     digest: [u8; 32],
     len: u64,
@@ -286,10 +286,11 @@ fn stream(
 ) -> Body {
     let (tx, rx) = mpsc::channel(2);
     let writer = ChannelWriter::new(tx.clone(), app.files.pace());
+    let app = app.clone();
     crate::blocking::detach(Box::new(move || {
         let _slot = slot;
         let result = match content {
-            Content::File(file) => send_verified(file, len, &digest, writer),
+            Content::File(file) => send_verified(&app, file, len, &digest, writer),
             Content::Layer(source, validator) => source
                 .write_from(writer, 0, Some(&validator))
                 .map_err(|e| e.to_string())
@@ -304,15 +305,20 @@ fn stream(
     ChannelBody(rx).boxed()
 }
 
-/// Sends `len` bytes of `file`, hashing them; the last chunk goes only when the whole matches
-/// `digest`, so a client never receives a complete answer with other content than it asked for.
+/// Sends `len` bytes of `file`; the last chunk goes only when the whole is known to match
+/// `digest`: hashed as it is sent, or, for a file already verified and unchanged since (the same
+/// `fstat` before and after), not hashed again. A client never receives a complete answer with
+/// other content than it asked for.
 fn send_verified(
+    app: &App,
     mut file: std::fs::File,
     len: u64,
     digest: &[u8; 32],
     mut w: ChannelWriter,
 ) -> Result<(), String> {
-    let mut hasher = sha2::Sha256::new();
+    let key = FileKey::of(&file).map_err(|e| e.to_string())?;
+    let known = app.images.is_verified(key, digest);
+    let mut hasher = (!known).then(sha2::Sha256::new);
     let mut buf = vec![0u8; IO_CHUNK];
     let mut held: Vec<u8> = Vec::with_capacity(IO_CHUNK);
     let mut left = len;
@@ -322,14 +328,23 @@ fn send_verified(
         if n == 0 {
             return Err("the blob is shorter than its size".into());
         }
-        hasher.update(&buf[..n]);
+        if let Some(h) = &mut hasher {
+            h.update(&buf[..n]);
+        }
         w.write_all(&held).map_err(|e| e.to_string())?;
         held.clear();
         held.extend_from_slice(&buf[..n]);
         left -= n as u64;
     }
-    if <[u8; 32]>::from(hasher.finalize()) != *digest {
+    let matches = match hasher {
+        Some(h) => <[u8; 32]>::from(h.finalize()) == *digest,
+        None => FileKey::of(&file).is_ok_and(|now| now == key),
+    };
+    if !matches {
         return Err("the blob's content does not match its digest".into());
+    }
+    if !known {
+        app.images.verified(key, *digest);
     }
     w.write_all(&held).map_err(|e| e.to_string())?;
     w.flush().map_err(|e| e.to_string())
