@@ -25,6 +25,7 @@ pub mod frame;
 pub mod http1;
 mod object;
 pub mod query;
+pub mod registry;
 pub mod routes;
 pub mod settings;
 pub mod signal;

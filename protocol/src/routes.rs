@@ -48,6 +48,8 @@ pub enum Route<'a> {
     Pulls,
     /// `/v1/pulls/{id}`
     Pull(&'a str),
+    /// `/v2/` and below: images (the path is parsed by [`crate::registry::parse`]).
+    Registry,
 }
 
 /// Why a path did not match.
@@ -71,6 +73,9 @@ impl<'a> Route<'a> {
             crate::artifacts::GRANTS => return Ok(Route::Grants),
             crate::artifacts::PULLS => return Ok(Route::Pulls),
             _ => {}
+        }
+        if path == "/v2" || path.starts_with(crate::registry::PREFIX) {
+            return Ok(Route::Registry);
         }
         for (prefix, make) in [
             ("/v1/grants/", Route::Grant as fn(&'a str) -> Route<'a>),
@@ -121,6 +126,7 @@ impl<'a> Route<'a> {
             Route::Files => "files",
             Route::Grants | Route::Grant(_) => "grants",
             Route::Pulls | Route::Pull(_) => "pulls",
+            Route::Registry => "registry",
         }
     }
 }

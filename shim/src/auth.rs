@@ -19,7 +19,7 @@ pub(crate) fn check(bearer: Option<&[u8]>, proxy: Option<&[u8]>, want: &[u8; 32]
 }
 
 /// Constant-time comparison of a token's digest with `want`; an empty token never matches.
-fn matches(token: &[u8], want: &[u8; 32]) -> bool {
+pub(crate) fn matches(token: &[u8], want: &[u8; 32]) -> bool {
     let token = token.trim_ascii();
     if token.is_empty() {
         return false;

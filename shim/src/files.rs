@@ -34,7 +34,8 @@ pub use beneath::Resolve;
 pub use guard::Limits;
 #[cfg(test)]
 pub(crate) use pack::archive;
-pub(crate) use pack::prepare_archive;
+pub(crate) use pack::{ArchiveSource, prepare_archive};
+pub(crate) use sink::Validator;
 #[cfg(test)]
 pub(crate) use unpack::extract;
 pub use unpack::{ExtractStats, Options, extract_with};

@@ -68,6 +68,13 @@ pub(crate) struct Granted {
     path: String,
 }
 
+impl Granted {
+    /// The path the grant opens.
+    pub(crate) fn path(&self) -> &str {
+        &self.path
+    }
+}
+
 impl Grants {
     /// At most `max` grants at once (`STEPSHIM_MAX_GRANTS`).
     pub(crate) fn new(max: usize) -> Self {

@@ -43,6 +43,7 @@ mod error;
 mod files;
 mod grants;
 mod http;
+mod image;
 pub mod logging;
 mod metrics;
 mod oom;

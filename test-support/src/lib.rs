@@ -16,7 +16,7 @@ pub mod shim;
 
 pub use process::{Ran, alive, eventually, follow, run, sh};
 pub use proxy::cutting_proxy;
-pub use raw::{error_code, metric, raw};
+pub use raw::{error_code, metric, raw, raw_bytes, raw_with};
 pub use shim::Shim;
 
 /// `len` bytes of deterministic noise (xorshift from `seed`): contents in which a misplaced or

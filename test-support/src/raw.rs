@@ -29,6 +29,33 @@ pub async fn raw(
     answer(&resp, method == "HEAD")
 }
 
+/// Sends one bodiless request with the given extra headers (and `Connection: close`) and returns
+/// (status, head, body) like [`raw`].
+pub async fn raw_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, Vec<u8>) {
+    let resp = raw_bytes(addr, method, path, headers).await;
+    answer(&resp, method == "HEAD")
+}
+
+/// Sends one bodiless request like [`raw_with`] and returns every byte the connection gave until
+/// it closed, unparsed: for answers that are meant to be cut short.
+pub async fn raw_bytes(addr: &str, method: &str, path: &str, headers: &[(&str, &str)]) -> Vec<u8> {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: shim\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("Connection: close\r\n\r\n");
+    s.write_all(head.as_bytes()).await.expect("write head");
+    let mut resp = Vec::new();
+    let _ = s.read_to_end(&mut resp).await;
+    resp
+}
+
 /// The one answer in `resp`, a connection's bytes to its close: (status, head without its blank
 /// line, body decoded from its framing). Panics if it is not one whole answer.
 fn answer(resp: &[u8], head_request: bool) -> (u16, String, Vec<u8>) {

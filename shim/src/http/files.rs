@@ -48,6 +48,11 @@ impl Transfers {
         }
     }
 
+    /// The pace every transfer is held to.
+    pub(super) fn pace(&self) -> Pace {
+        Pace::new(&self.settings)
+    }
+
     /// A slot of the pool of the request's token, or 503 when all of that pool are taken.
     pub(super) fn slot(&self, granted: bool) -> Result<OwnedSemaphorePermit, Error> {
         let (pool, n, var) = if granted {
@@ -300,7 +305,7 @@ impl Read for BodyReader {
 /// buffers that return to the pool once hyper has sent them: a fresh chunk per write cost a page
 /// fault per 4 KiB and an `munmap` per chunk, most of the source's CPU of a pull. Fails once the
 /// client is gone or takes the chunks too slowly for its [`Pace`].
-struct ChannelWriter {
+pub(super) struct ChannelWriter {
     tx: mpsc::Sender<Result<Bytes, io::Error>>,
     handle: Handle,
     pace: Pace,
@@ -308,6 +313,16 @@ struct ChannelWriter {
 }
 
 impl ChannelWriter {
+    /// A writer into the body fed by `tx`, from a blocking thread of `handle`'s runtime.
+    pub(super) fn new(tx: mpsc::Sender<Result<Bytes, io::Error>>, pace: Pace) -> Self {
+        ChannelWriter {
+            tx,
+            handle: Handle::current(),
+            pace,
+            buf: Vec::new(),
+        }
+    }
+
     /// Sends the filled part of the buffer, if any.
     fn send(&mut self) -> io::Result<()> {
         if self.buf.is_empty() {

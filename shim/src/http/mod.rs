@@ -7,6 +7,7 @@ mod body;
 mod connection;
 mod conns;
 mod files;
+mod image;
 mod output;
 mod pace;
 mod process;
@@ -73,6 +74,8 @@ pub(crate) struct App {
     pub(crate) grants: crate::grants::Grants,
     /// Pulls into this shim.
     pub(crate) pulls: crate::pull::Pulls,
+    /// Digests of the images served from `rootfs/` directories.
+    pub(crate) images: crate::image::Images,
     /// The TLS handshake every connection starts with, when the shim has a seed.
     #[cfg(feature = "tls")]
     tls: Option<Arc<stepshim_tls::rustls::ServerConfig>>,
@@ -102,6 +105,7 @@ impl App {
                 config.artifacts,
                 same_owner,
             )),
+            images: crate::image::Images::default(),
             #[cfg(feature = "tls")]
             tls: config.tls.as_ref().map(|t| t.config.clone()),
         }
@@ -204,6 +208,9 @@ async fn dispatch(
         } else {
             Err(Error::MethodNotAllowed("GET"))
         };
+    }
+    if matches!(route, Ok(Route::Registry)) {
+        return Ok(image::handle(app, req, authed).await);
     }
     let granted = authenticate(app, &req)?;
     authed.store(true, Ordering::Release);
@@ -310,6 +317,7 @@ async fn route_to(
             ))
         }
         Route::Pull(id) => artifacts::pull(app, id, req, q).await,
+        Route::Registry => Err(Error::NoRoute(req.uri().path().to_owned())),
     }
 }
 

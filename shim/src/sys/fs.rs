@@ -45,6 +45,16 @@ pub(crate) fn open_dir_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<Ow
     owned(unsafe { libc::openat(parent.as_raw_fd(), name.as_ptr(), DIR_FLAGS) }.into())
 }
 
+/// Opens the file `name` in `parent` for reading, never through a symlink, and without blocking on
+/// a FIFO: the caller checks what it opened is a regular file.
+pub(crate) fn open_file_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<File> {
+    let name = c(name)?;
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    // SAFETY: a valid fd and C string; the result is checked.
+    let fd = owned(unsafe { libc::openat(parent.as_raw_fd(), name.as_ptr(), flags) }.into())?;
+    Ok(File::from(fd))
+}
+
 /// `struct open_how` of `openat2(2)` (libc's is non-exhaustive).
 #[repr(C)]
 struct OpenHow {
