@@ -7,12 +7,11 @@ use std::net::{Ipv4Addr, SocketAddr};
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
+use protocol::registry;
 
 use crate::upstream::UpstreamError;
 
-/// The header every `/v2/` answer carries.
-pub const API_VERSION: &str = "docker-distribution-api-version";
-/// Its value.
+/// The value of the header every `/v2/` answer carries.
 pub const API_VERSION_VALUE: &str = "registry/2.0";
 
 /// Why the forwarder answered a request itself instead of streaming it.
@@ -32,12 +31,15 @@ pub enum Refusal {
     /// The source lies outside the allowed pod networks.
     #[error("{0} is outside the pod networks this forwarder may reach")]
     NotAllowed(Ipv4Addr),
-    /// A name component outside the OCI grammar.
-    #[error("name component {0:?} is not [a-z0-9]+((.|_|__|-+)[a-z0-9]+)*")]
+    /// A repository name outside the OCI grammar (the message says which).
+    #[error("{0}")]
     Name(String),
-    /// A reference that is neither a tag nor a SHA-256 digest (blobs: a digest).
-    #[error("reference {0:?} is neither a tag nor sha256:<64 hex> (blobs: a digest)")]
-    Reference(String),
+    /// A tag outside the OCI grammar.
+    #[error("{0}")]
+    Tag(String),
+    /// A digest that is not `sha256:<64 lowercase hex>`.
+    #[error("{0}")]
+    Digest(String),
     /// No `Authorization` header: the challenge makes a client retry with the pull secret.
     #[error("credentials required (the pull secret of the source's grant)")]
     NoCredentials,
@@ -65,7 +67,8 @@ impl Refusal {
             Refusal::Method => (StatusCode::METHOD_NOT_ALLOWED, "UNSUPPORTED"),
             Refusal::Route => (StatusCode::NOT_FOUND, "NAME_UNKNOWN"),
             Refusal::NotIpv4(_) | Refusal::Name(_) => (StatusCode::BAD_REQUEST, "NAME_INVALID"),
-            Refusal::Reference(_) => (StatusCode::BAD_REQUEST, "DIGEST_INVALID"),
+            Refusal::Tag(_) => (StatusCode::BAD_REQUEST, "TAG_INVALID"),
+            Refusal::Digest(_) => (StatusCode::BAD_REQUEST, "DIGEST_INVALID"),
             Refusal::NotAllowed(_) => (StatusCode::FORBIDDEN, "DENIED"),
             Refusal::NoCredentials | Refusal::Credentials(_) => {
                 (StatusCode::UNAUTHORIZED, "UNAUTHORIZED")
@@ -83,8 +86,13 @@ impl Refusal {
             Refusal::Upstream { addr, cause } => format!("source {addr}: {}", cause.chain()),
             other => other.to_string(),
         };
-        let code = self.status_code().1;
-        serde_json::json!({"errors": [{"code": code, "message": message}]}).to_string()
+        let errors = registry::Errors {
+            errors: vec![registry::ErrorItem {
+                code: self.status_code().1.to_owned(),
+                message,
+            }],
+        };
+        serde_json::to_string(&errors).expect("strings serialize")
     }
 
     /// The answer: the OCI error body, the challenge on 401, `Allow` on 405.
@@ -129,6 +137,6 @@ fn json(status: StatusCode, body: String) -> Response<Full<Bytes>> {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    h.insert(API_VERSION, HeaderValue::from_static(API_VERSION_VALUE));
+    h.insert(registry::API_VERSION_HEADER, HeaderValue::from_static(API_VERSION_VALUE));
     r
 }

@@ -4,9 +4,9 @@
 
 use std::net::Ipv4Addr;
 
-use base64::Engine as _;
 use http::{HeaderMap, Method, header};
 use protocol::forward as F;
+use protocol::registry::{self, PathError};
 use stepshim_tls::Pin;
 
 use crate::answer::Refusal;
@@ -54,7 +54,9 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
-/// The route of `method` and `path`, its source checked against `allow`.
+/// The route of `method` and `path`, its source checked against `allow`. The image part of the
+/// path is checked by the shim's own grammar (`protocol::registry`), so nothing it would refuse
+/// leaves the node.
 pub fn route(method: &Method, path: &str, allow: &[Cidr]) -> Result<Route, Refusal> {
     if method != Method::GET && method != Method::HEAD {
         return Err(Refusal::Method);
@@ -62,33 +64,25 @@ pub fn route(method: &Method, path: &str, allow: &[Cidr]) -> Result<Route, Refus
     if path == F::PROBE_PATH {
         return Ok(Route::Probe);
     }
-    if path == "/v2/" || path == "/v2" {
-        return Ok(Route::Root);
+    let rest = match path.strip_prefix(registry::PREFIX) {
+        Some("") => return Ok(Route::Root),
+        None if path == "/v2" => return Ok(Route::Root),
+        None => return Err(Refusal::Route),
+        Some(rest) => rest,
+    };
+    let (ip, image) = rest.split_once('/').ok_or(Refusal::Route)?;
+    let path = format!("{}{image}", registry::PREFIX);
+    match registry::parse(&path) {
+        Ok(registry::Request::Manifest { .. } | registry::Request::Blob { .. }) => {}
+        Ok(registry::Request::Base) | Err(PathError::NotFound) => return Err(Refusal::Route),
+        Err(PathError::NameInvalid(m)) => return Err(Refusal::Name(m)),
+        Err(PathError::TagInvalid(m)) => return Err(Refusal::Tag(m)),
+        Err(PathError::DigestInvalid(m)) => return Err(Refusal::Digest(m)),
     }
-    let rest = path.strip_prefix("/v2/").ok_or(Refusal::Route)?;
-    let parts: Vec<&str> = rest.split('/').collect();
-    // ip, at least one name component, the kind, the reference.
-    if parts.len() < 4 {
-        return Err(Refusal::Route);
-    }
-    let (kind, reference) = (parts[parts.len() - 2], parts[parts.len() - 1]);
-    let names = &parts[1..parts.len() - 2];
-    match kind {
-        "manifests" if is_tag(reference) || is_digest(reference) => {}
-        "blobs" if is_digest(reference) => {}
-        "manifests" | "blobs" => return Err(Refusal::Reference(reference.to_owned())),
-        _ => return Err(Refusal::Route),
-    }
-    if let Some(bad) = names.iter().find(|c| !is_name_component(c)) {
-        return Err(Refusal::Name((*bad).to_owned()));
-    }
-    let ip: Ipv4Addr = parts[0]
-        .parse()
-        .map_err(|_| Refusal::NotIpv4(parts[0].to_owned()))?;
+    let ip: Ipv4Addr = ip.parse().map_err(|_| Refusal::NotIpv4(ip.to_owned()))?;
     if !allow.iter().any(|c| c.contains(ip)) {
         return Err(Refusal::NotAllowed(ip));
     }
-    let path = format!("/v2/{}/{kind}/{reference}", names.join("/"));
     Ok(Route::Pull { ip, path })
 }
 
@@ -96,17 +90,14 @@ pub fn route(method: &Method, path: &str, allow: &[Cidr]) -> Result<Route, Refus
 pub fn credentials(headers: &HeaderMap) -> Result<Credentials, Refusal> {
     let value = headers
         .get(header::AUTHORIZATION)
-        .ok_or(Refusal::NoCredentials)?;
-    let value = value
-        .to_str()
-        .map_err(|_| Refusal::Credentials("not text"))?;
-    let (scheme, encoded) = value.split_once(' ').unwrap_or((value, ""));
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return Err(Refusal::Credentials("not Basic"));
-    }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
-        .ok()
+        .ok_or(Refusal::NoCredentials)?
+        .as_bytes();
+    let encoded = value
+        .get(..6)
+        .filter(|p| p.eq_ignore_ascii_case(b"basic "))
+        .map(|_| value[6..].trim_ascii())
+        .ok_or(Refusal::Credentials("not Basic"))?;
+    let decoded = registry::base64_decode(encoded)
         .and_then(|b| String::from_utf8(b).ok())
         .ok_or(Refusal::Credentials("not base64 of user:password"))?;
     let (user, token) = decoded
@@ -131,55 +122,6 @@ pub fn credentials(headers: &HeaderMap) -> Result<Credentials, Refusal> {
     Ok(Credentials {
         wire,
         token: token.to_owned(),
-    })
-}
-
-/// An OCI name component: `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`.
-fn is_name_component(s: &str) -> bool {
-    let b = s.as_bytes();
-    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    let (mut i, mut runs) = (0, 0);
-    while i < b.len() {
-        let start = i;
-        while i < b.len() && alnum(b[i]) {
-            i += 1;
-        }
-        if i == start {
-            return false;
-        }
-        runs += 1;
-        if i == b.len() {
-            break;
-        }
-        let sep = i;
-        while i < b.len() && !alnum(b[i]) {
-            i += 1;
-        }
-        let sep = &s[sep..i];
-        let dashes = sep.bytes().all(|c| c == b'-');
-        if !(sep == "." || sep == "_" || sep == "__" || dashes) || i == b.len() {
-            return false;
-        }
-    }
-    runs > 0
-}
-
-/// A tag: `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
-fn is_tag(s: &str) -> bool {
-    let ok = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'.' || c == b'-';
-    !s.is_empty()
-        && s.len() <= 128
-        && s.bytes().all(ok)
-        && !s.starts_with('.')
-        && !s.starts_with('-')
-}
-
-/// A SHA-256 digest: `sha256:` and 64 lowercase hex digits.
-fn is_digest(s: &str) -> bool {
-    s.strip_prefix("sha256:").is_some_and(|h| {
-        h.len() == 64
-            && h.bytes()
-                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
     })
 }
 

@@ -12,8 +12,9 @@ use http::{HeaderName, Request, Response, header};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
+use protocol::registry;
 
-use crate::answer::{self, API_VERSION, Refusal};
+use crate::answer::{self, Refusal};
 use crate::cidr::Cidr;
 use crate::idle::Activity;
 use crate::route::{self, Route};
@@ -36,8 +37,8 @@ const PASSED_BACK: [HeaderName; 7] = [
     header::CONTENT_RANGE,
     header::ACCEPT_RANGES,
     header::RETRY_AFTER,
-    HeaderName::from_static("docker-content-digest"),
-    HeaderName::from_static(API_VERSION),
+    HeaderName::from_static(registry::DIGEST_HEADER),
+    HeaderName::from_static(registry::API_VERSION_HEADER),
 ];
 
 /// An answer's body: made here, or the source's streaming through.
