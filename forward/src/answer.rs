@@ -137,6 +137,9 @@ fn json(status: StatusCode, body: String) -> Response<Full<Bytes>> {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    h.insert(registry::API_VERSION_HEADER, HeaderValue::from_static(API_VERSION_VALUE));
+    h.insert(
+        registry::API_VERSION_HEADER,
+        HeaderValue::from_static(API_VERSION_VALUE),
+    );
     r
 }

@@ -39,7 +39,13 @@ async fn pulls_reach_the_named_pod_and_come_back_as_the_shim_answered() {
     let direct_auth = basic("anyone", &token);
 
     let direct = get(&shim.addr, "GET", "/v2/app/manifests/latest", &direct_auth).await;
-    let via = get(&fwd.addr, "GET", "/v2/127.0.0.1/app/manifests/latest", &creds).await;
+    let via = get(
+        &fwd.addr,
+        "GET",
+        "/v2/127.0.0.1/app/manifests/latest",
+        &creds,
+    )
+    .await;
     assert_eq!(direct.0, 200, "{}", direct.1);
     assert_eq!((via.0, &via.2), (200, &direct.2), "{}", via.1);
     for name in ["docker-content-digest", "content-type", "content-length"] {
@@ -51,7 +57,13 @@ async fn pulls_reach_the_named_pod_and_come_back_as_the_shim_answered() {
     );
     let digest = header(&via.1, "docker-content-digest").unwrap().to_owned();
 
-    let head = get(&fwd.addr, "HEAD", "/v2/127.0.0.1/app/manifests/latest", &creds).await;
+    let head = get(
+        &fwd.addr,
+        "HEAD",
+        "/v2/127.0.0.1/app/manifests/latest",
+        &creds,
+    )
+    .await;
     assert_eq!((head.0, head.2.len()), (200, 0), "{}", head.1);
     assert_eq!(header(&head.1, "docker-content-digest"), Some(&*digest));
     let length = direct.2.len().to_string();
@@ -61,18 +73,40 @@ async fn pulls_reach_the_named_pod_and_come_back_as_the_shim_answered() {
     let layer = manifest["layers"][0]["digest"].as_str().unwrap();
     let path = format!("/v2/127.0.0.1/app/blobs/{layer}");
     let blob = get(&fwd.addr, "GET", &path, &creds).await;
-    let direct_blob = get(&shim.addr, "GET", &format!("/v2/app/blobs/{layer}"), &direct_auth).await;
+    let direct_blob = get(
+        &shim.addr,
+        "GET",
+        &format!("/v2/app/blobs/{layer}"),
+        &direct_auth,
+    )
+    .await;
     assert_eq!((blob.0, &blob.2), (200, &direct_blob.2));
     assert_eq!(header(&blob.1, "docker-content-digest"), Some(layer));
 
     let by_digest = format!("/v2/127.0.0.1/app/manifests/{digest}");
     assert_eq!(get(&fwd.addr, "GET", &by_digest, &creds).await.2, direct.2);
-    let nested = get(&fwd.addr, "GET", "/v2/127.0.0.1/app/sub/manifests/latest", &creds).await;
+    let nested = get(
+        &fwd.addr,
+        "GET",
+        "/v2/127.0.0.1/app/sub/manifests/latest",
+        &creds,
+    )
+    .await;
     assert_eq!(nested.0, 200, "an image below the grant's directory");
 
-    let unknown = get(&fwd.addr, "GET", "/v2/127.0.0.1/other/manifests/latest", &creds).await;
+    let unknown = get(
+        &fwd.addr,
+        "GET",
+        "/v2/127.0.0.1/other/manifests/latest",
+        &creds,
+    )
+    .await;
     assert_eq!(unknown.0, 404);
-    assert_eq!(oci_error(&unknown.2).0, "NAME_UNKNOWN", "the shim's own answer");
+    assert_eq!(
+        oci_error(&unknown.2).0,
+        "NAME_UNKNOWN",
+        "the shim's own answer"
+    );
 
     let root = get(&fwd.addr, "GET", "/v2/", &creds).await;
     assert_eq!((root.0, root.2.as_slice()), (200, &b"{}"[..]));
@@ -124,25 +158,47 @@ async fn refusals_carry_oci_error_bodies() {
 
     let none = get(&fwd.addr, "GET", path, "").await;
     assert_eq!(none.0, 401);
-    assert_eq!(header(&none.1, "www-authenticate"), Some(r#"Basic realm="stepshim""#));
+    assert_eq!(
+        header(&none.1, "www-authenticate"),
+        Some(r#"Basic realm="stepshim""#)
+    );
     assert_eq!(oci_error(&none.2).0, "UNAUTHORIZED");
     assert_eq!(get(&fwd.addr, "GET", "/v2/", "").await.0, 401);
 
     let wrong = get(&fwd.addr, "GET", path, &basic("plain", "not-the-grant")).await;
     assert_eq!(wrong.0, 401, "the shim's refusal of the token, passed back");
-    assert_eq!(header(&wrong.1, "www-authenticate"), Some(r#"Basic realm="stepshim""#));
+    assert_eq!(
+        header(&wrong.1, "www-authenticate"),
+        Some(r#"Basic realm="stepshim""#)
+    );
     let user = get(&fwd.addr, "GET", path, &basic("root", &token)).await;
-    assert_eq!((user.0, oci_error(&user.2).0.as_str()), (401, "UNAUTHORIZED"));
+    assert_eq!(
+        (user.0, oci_error(&user.2).0.as_str()),
+        (401, "UNAUTHORIZED")
+    );
 
     for method in ["PUT", "POST", "DELETE", "PATCH"] {
         let (status, head, body) = get(&fwd.addr, method, path, &creds).await;
-        assert_eq!((status, oci_error(&body).0.as_str()), (405, "UNSUPPORTED"), "{method}");
+        assert_eq!(
+            (status, oci_error(&body).0.as_str()),
+            (405, "UNSUPPORTED"),
+            "{method}"
+        );
         assert_eq!(header(&head, "allow"), Some("GET, HEAD"));
     }
     let v6 = get(&fwd.addr, "GET", "/v2/::1/app/manifests/latest", &creds).await;
     assert_eq!((v6.0, oci_error(&v6.2).0.as_str()), (400, "NAME_INVALID"));
-    let upper = get(&fwd.addr, "GET", "/v2/127.0.0.1/App/manifests/latest", &creds).await;
-    assert_eq!((upper.0, oci_error(&upper.2).0.as_str()), (400, "NAME_INVALID"));
+    let upper = get(
+        &fwd.addr,
+        "GET",
+        "/v2/127.0.0.1/App/manifests/latest",
+        &creds,
+    )
+    .await;
+    assert_eq!(
+        (upper.0, oci_error(&upper.2).0.as_str()),
+        (400, "NAME_INVALID")
+    );
     let push = get(&fwd.addr, "GET", "/v2/127.0.0.1/app/blobs/uploads/", &creds).await;
     assert_eq!(push.0, 400);
     let big = "x".repeat(20 << 10);
@@ -167,7 +223,10 @@ async fn refusals_carry_oci_error_bodies() {
     let refused = get(&nowhere.addr, "GET", path, &creds).await;
     let (code, message) = oci_error(&refused.2);
     assert_eq!((refused.0, code.as_str()), (502, "UNAVAILABLE"));
-    assert!(message.contains("cannot connect") && message.contains("refused"), "{message}");
+    assert!(
+        message.contains("cannot connect") && message.contains("refused"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -218,7 +277,10 @@ async fn a_large_blob_streams_with_bounded_memory() {
     s.write_all(req.as_bytes()).await.unwrap();
     let (head, first) = read_head(&mut s).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert_eq!(header(&head, "content-length"), Some(&*(MIB << 20).to_string()));
+    assert_eq!(
+        header(&head, "content-length"),
+        Some(&*(MIB << 20).to_string())
+    );
     let mut hasher = std::process::Command::new("sha256sum")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -247,7 +309,10 @@ async fn a_large_blob_streams_with_bounded_memory() {
     }
     drop(sink);
     let sum = hasher.wait_with_output().unwrap().stdout;
-    assert_eq!(format!("sha256:{}", &String::from_utf8_lossy(&sum)[..64]), digest);
+    assert_eq!(
+        format!("sha256:{}", &String::from_utf8_lossy(&sum)[..64]),
+        digest
+    );
     let hwm = fwd.peak_rss();
     assert!(
         hwm < before + (32 << 20),
@@ -278,14 +343,28 @@ async fn a_source_cut_midway_is_a_cut_for_the_client() {
     let length: usize = header(&head, "content-length").unwrap().parse().unwrap();
     let body = bytes.len() - at - 4;
     assert_eq!(length, 32 << 20);
-    assert!(body < length, "{body} of {length} bytes, then the close: a cut");
+    assert!(
+        body < length,
+        "{body} of {length} bytes, then the close: a cut"
+    );
     assert!(body >= 2 << 20, "the cut came midway ({body} bytes)");
     assert_eq!(cuts.load(std::sync::atomic::Ordering::Relaxed), 1);
     // curl, a real client, sees the same: a transfer closed with bytes outstanding.
     let out = std::process::Command::new("curl")
-        .args(["-sS", "-o", "/dev/null", "-H", &format!("Authorization: {auth}")])
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-H",
+            &format!("Authorization: {auth}"),
+        ])
         .arg(format!("http://{}{path}", fwd.addr))
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(18), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(18),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -37,9 +37,16 @@ fn pull_routes_are_rewritten_without_the_source_address() {
 #[test]
 fn what_is_not_a_pull_is_refused_before_anything_is_reached() {
     let refused = |p: &str| get(p).unwrap_err();
-    let put = route(&Method::PUT, "/v2/10.244.1.7/out/manifests/latest", &allow());
+    let put = route(
+        &Method::PUT,
+        "/v2/10.244.1.7/out/manifests/latest",
+        &allow(),
+    );
     assert!(matches!(put, Err(Refusal::Method)));
-    assert!(matches!(route(&Method::POST, "/v2/", &allow()), Err(Refusal::Method)));
+    assert!(matches!(
+        route(&Method::POST, "/v2/", &allow()),
+        Err(Refusal::Method)
+    ));
     for path in [
         "/v1/info",
         "/v2/10.244.1.7",
@@ -50,9 +57,18 @@ fn what_is_not_a_pull_is_refused_before_anything_is_reached() {
     ] {
         assert!(matches!(refused(path), Refusal::Route), "{path}");
     }
-    assert!(matches!(refused("/v2/10.244.1.7/out/blobs/latest"), Refusal::Digest(_)));
-    assert!(matches!(refused("/v2/10.244.1.7/out/blobs/uploads/x"), Refusal::Digest(_)));
-    assert!(matches!(refused("/v2/10.244.1.7/out/manifests/.x"), Refusal::Tag(_)));
+    assert!(matches!(
+        refused("/v2/10.244.1.7/out/blobs/latest"),
+        Refusal::Digest(_)
+    ));
+    assert!(matches!(
+        refused("/v2/10.244.1.7/out/blobs/uploads/x"),
+        Refusal::Digest(_)
+    ));
+    assert!(matches!(
+        refused("/v2/10.244.1.7/out/manifests/.x"),
+        Refusal::Tag(_)
+    ));
     let short = "/v2/10.244.1.7/out/manifests/sha256:00";
     assert!(matches!(refused(short), Refusal::Digest(_)));
     for name in ["..", "Out", "a--", "_a", "a%2fb", "a..b", "a//b", ""] {
@@ -102,19 +118,36 @@ fn credentials_name_the_wire_and_carry_the_token() {
     let pin = "ab".repeat(32);
     let c = credentials(&basic(&format!("tls-{pin}"), "tok:en")).unwrap();
     assert_eq!(c.wire, Wire::Tls(pin.parse().unwrap()));
-    assert_eq!(c.token, "tok:en", "the password is everything after the first colon");
+    assert_eq!(
+        c.token, "tok:en",
+        "the password is everything after the first colon"
+    );
     let c = credentials(&basic("plain", "s3cr3t")).unwrap();
     assert_eq!(c.wire, Wire::Plain);
-    assert!(!format!("{c:?}").contains("s3cr3t"), "Debug hides the token");
+    assert!(
+        !format!("{c:?}").contains("s3cr3t"),
+        "Debug hides the token"
+    );
 
-    assert!(matches!(credentials(&HeaderMap::new()), Err(Refusal::NoCredentials)));
-    for (user, pass) in [("tls-00", "t"), ("someone", "t"), ("plain", ""), ("plain", "a b")] {
+    assert!(matches!(
+        credentials(&HeaderMap::new()),
+        Err(Refusal::NoCredentials)
+    ));
+    for (user, pass) in [
+        ("tls-00", "t"),
+        ("someone", "t"),
+        ("plain", ""),
+        ("plain", "a b"),
+    ] {
         let got = credentials(&basic(user, pass));
         assert!(matches!(got, Err(Refusal::Credentials(_))), "{user}:{pass}");
     }
     for value in ["Bearer t", "Basic !!!", "Basic"] {
         let mut h = HeaderMap::new();
         h.insert(header::AUTHORIZATION, HeaderValue::from_static(value));
-        assert!(matches!(credentials(&h), Err(Refusal::Credentials(_))), "{value}");
+        assert!(
+            matches!(credentials(&h), Err(Refusal::Credentials(_))),
+            "{value}"
+        );
     }
 }

@@ -55,9 +55,15 @@ impl Forwarder {
                 break text.trim().to_owned();
             }
             if let Some(status) = child.try_wait().unwrap() {
-                panic!("the forwarder exited with {status}: {}", log.lock().unwrap());
+                panic!(
+                    "the forwarder exited with {status}: {}",
+                    log.lock().unwrap()
+                );
             }
-            assert!(Instant::now() < deadline, "the forwarder wrote no ready file");
+            assert!(
+                Instant::now() < deadline,
+                "the forwarder wrote no ready file"
+            );
             std::thread::sleep(Duration::from_millis(20));
         };
         Forwarder {
@@ -90,7 +96,12 @@ impl Drop for Forwarder {
 fn status_kib(pid: u32, field: &str) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let line = text.lines().find(|l| l.starts_with(field)).unwrap();
-    line[field.len()..].trim().trim_end_matches("kB").trim().parse().unwrap()
+    line[field.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 /// The port of a shim's `host:port`.
@@ -177,7 +188,8 @@ pub fn layout_image(dir: &Path, layer: &Path) -> String {
     let hex = String::from_utf8(out.stdout).unwrap()[..64].to_owned();
     let size = std::fs::metadata(layer).unwrap().len();
     std::fs::rename(layer, blobs.join(&hex)).unwrap();
-    let config = br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#;
+    let config =
+        br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#;
     let config_hex = sha256_hex(config);
     std::fs::write(blobs.join(&config_hex), config).unwrap();
     let manifest = serde_json::json!({
