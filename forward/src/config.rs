@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use protocol::forward as S;
 
-use crate::cidr::Cidr;
+use protocol::forward::Cidr;
 
 /// The forwarder's settings.
 #[derive(Debug, Clone)]

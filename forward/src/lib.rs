@@ -25,14 +25,12 @@
 //! - `route`: the pull routes, the source address and the credentials, checked (no I/O).
 //! - `upstream`: one request to a source shim, plain or TLS-pinned, its body streaming.
 //! - `answer`: the forwarder's own answers, each refusal mapped once to status, code and message.
-//! - `cidr`: IPv4 networks.
 //! - `idle`: the clock of a connection's last byte.
 
 pub mod config;
 pub mod server;
 
 mod answer;
-mod cidr;
 mod idle;
 mod route;
 mod service;

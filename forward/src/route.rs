@@ -10,7 +10,7 @@ use protocol::registry::{self, PathError};
 use stepshim_tls::Pin;
 
 use crate::answer::Refusal;
-use crate::cidr::Cidr;
+use protocol::forward::Cidr;
 
 /// A request the forwarder serves.
 #[derive(Debug, Clone, PartialEq, Eq)]

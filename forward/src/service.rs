@@ -15,10 +15,10 @@ use hyper::body::Incoming;
 use protocol::registry;
 
 use crate::answer::{self, Refusal};
-use crate::cidr::Cidr;
 use crate::idle::Activity;
 use crate::route::{self, Route};
 use crate::upstream::{self, Reach, Relay};
+use protocol::forward::Cidr;
 
 /// What every request needs: the allowed networks and how sources are reached.
 #[derive(Debug)]

@@ -30,7 +30,8 @@ async fn get(addr: &str, method: &str, path: &str, auth: &str) -> (u16, String, 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pulls_reach_the_named_pod_and_come_back_as_the_shim_answered() {
     let shim = Shim::start();
-    let dir = scratch("route").join("app");
+    let tmp = scratch("route");
+    let dir = tmp.join("app");
     rootfs_image(&dir);
     rootfs_image(&dir.join("sub"));
     let token = granted(&shim, &dir).await;
@@ -117,7 +118,8 @@ async fn pulls_reach_the_named_pod_and_come_back_as_the_shim_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_client_connection_carries_several_pulls() {
     let shim = Shim::start();
-    let dir = scratch("keepalive").join("app");
+    let tmp = scratch("keepalive");
+    let dir = tmp.join("app");
     rootfs_image(&dir);
     let token = granted(&shim, &dir).await;
     let fwd = Forwarder::start("127.0.0.0/8", port(&shim.addr), &[]);
@@ -149,7 +151,8 @@ async fn one_client_connection_carries_several_pulls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_carry_oci_error_bodies() {
     let shim = Shim::start();
-    let dir = scratch("refuse").join("app");
+    let tmp = scratch("refuse");
+    let dir = tmp.join("app");
     rootfs_image(&dir);
     let token = granted(&shim, &dir).await;
     let creds = basic("plain", &token);
@@ -260,9 +263,10 @@ async fn read_head(s: &mut tokio::net::TcpStream) -> (String, Vec<u8>) {
 async fn a_large_blob_streams_with_bounded_memory() {
     const MIB: u64 = 256;
     let shim = Shim::start();
-    let dir = scratch("large").join("big");
+    let tmp = scratch("large");
+    let dir = tmp.join("big");
     std::fs::create_dir_all(&dir).unwrap();
-    let layer = dir.parent().unwrap().join("layer");
+    let layer = tmp.join("layer");
     random_file(&layer, MIB);
     let digest = layout_image(&dir, &layer);
     let token = granted(&shim, &dir).await;
@@ -324,9 +328,10 @@ async fn a_large_blob_streams_with_bounded_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_cut_midway_is_a_cut_for_the_client() {
     let shim = Shim::start();
-    let dir = scratch("cut").join("img");
+    let tmp = scratch("cut");
+    let dir = tmp.join("img");
     std::fs::create_dir_all(&dir).unwrap();
-    let layer = dir.parent().unwrap().join("layer");
+    let layer = tmp.join("layer");
     random_file(&layer, 32);
     let digest = layout_image(&dir, &layer);
     let token = granted(&shim, &dir).await;

@@ -22,7 +22,8 @@ fn sha256(data: &[u8]) -> String {
 async fn a_tls_source_is_reached_with_its_pin_and_refused_with_any_other() {
     let shim = Shim::start_tls(&[]);
     let pin = shim.local.pin.unwrap();
-    let dir = scratch("tls").join("app");
+    let tmp = scratch("tls");
+    let dir = tmp.join("app");
     rootfs_image(&dir);
     let token = granted(&shim, &dir).await;
     let fwd = Forwarder::start("127.0.0.0/8", port(&shim.addr), &[]);
@@ -97,7 +98,8 @@ async fn a_tls_source_is_reached_with_its_pin_and_refused_with_any_other() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_to_a_plain_source_fails_the_handshake() {
     let shim = Shim::start();
-    let dir = scratch("tls-plain").join("app");
+    let tmp = scratch("tls-plain");
+    let dir = tmp.join("app");
     rootfs_image(&dir);
     let token = granted(&shim, &dir).await;
     let fwd = Forwarder::start("127.0.0.0/8", port(&shim.addr), &[]);

@@ -2,6 +2,11 @@
 //! runs it (`stepctl manifests --forwarder`) and the controller that writes a consuming pod's pull
 //! credentials agree on. Its settings are `STEPSHIM_FORWARD_*` variables, documented in
 //! docs/operator-guide.md; a test of the forwarder holds that table and [`ALL`] to each other.
+//! [`Cidr`] is the one reader of the pod networks both the forwarder and `stepctl` check.
+
+mod cidr;
+
+pub use cidr::{Cidr, CidrError};
 
 /// The port the forwarder listens on, on the node's loopback address: image references on a node
 /// read `127.0.0.1:7779/<source pod IP>/<name>@sha256:<hex>`.

@@ -19,7 +19,7 @@ pub struct Forwarder {
     pub addr: String,
     /// Everything it logged so far.
     pub log: Arc<Mutex<String>>,
-    dir: PathBuf,
+    _dir: Scratch,
 }
 
 impl Forwarder {
@@ -70,7 +70,7 @@ impl Forwarder {
             child,
             addr,
             log,
-            dir,
+            _dir: dir,
         }
     }
 
@@ -89,7 +89,6 @@ impl Drop for Forwarder {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -109,14 +108,31 @@ pub fn port(addr: &str) -> u16 {
     addr.rsplit_once(':').unwrap().1.parse().unwrap()
 }
 
-/// A fresh directory under the temporary directory.
-pub fn scratch(name: &str) -> PathBuf {
+/// A fresh directory under the temporary directory, removed when dropped (tests write blobs of
+/// hundreds of MiB into it).
+pub struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A new [`Scratch`] directory.
+pub fn scratch(name: &str) -> Scratch {
     let d = std::env::temp_dir().join(format!(
         "stepshim-forward-{name}-{}",
         test_support::random_hex(4)
     ));
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Scratch(d)
 }
 
 /// Registers a grant on `path` (no use limit) and returns its token.

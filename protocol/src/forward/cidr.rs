@@ -1,6 +1,6 @@
-//! IPv4 networks in CIDR notation (`10.244.0.0/16`): the pod networks a request may name a source
-//! in. IPv6 is refused: the image reference carries the address as a path component, and pod IPs
-//! the forwarder serves are IPv4.
+//! IPv4 networks in CIDR notation (`10.244.0.0/16`): the pod networks a forwarder's request may
+//! name a source in. IPv6 is refused: the image reference carries the address as a path
+//! component, and pod IPs the forwarder serves are IPv4.
 
 use std::fmt;
 use std::net::Ipv4Addr;
