@@ -186,6 +186,24 @@ mod tests {
     }
 
     #[test]
+    fn the_settings_are_the_documented_ones() {
+        let guide = include_str!("../../docs/operator-guide.md");
+        let documented: Vec<(String, String)> = guide
+            .lines()
+            .filter(|l| l.starts_with("| `STEPSHIM_FORWARD_"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split('|').map(|c| c.trim().trim_matches('`')).collect();
+                (cells[1].to_owned(), cells[2].to_owned())
+            })
+            .collect();
+        let ours: Vec<(String, String)> = S::ALL
+            .iter()
+            .map(|s| (s.var.to_owned(), s.default.to_owned()))
+            .collect();
+        assert_eq!(ours, documented, "protocol::forward and docs/operator-guide.md differ");
+    }
+
+    #[test]
     fn bad_values_are_refused_by_name() {
         for (var, value) in [
             (S::ALLOW, "10.0.0.0/33"),
