@@ -200,7 +200,10 @@ mod tests {
             .iter()
             .map(|s| (s.var.to_owned(), s.default.to_owned()))
             .collect();
-        assert_eq!(ours, documented, "protocol::forward and docs/operator-guide.md differ");
+        assert_eq!(
+            ours, documented,
+            "protocol::forward and docs/operator-guide.md differ"
+        );
     }
 
     #[test]

@@ -373,3 +373,88 @@ async fn a_source_cut_midway_is_a_cut_for_the_client() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_and_stalled_readers_are_closed_and_the_cap_holds() {
+    let shim = Shim::start();
+    let tmp = scratch("idle");
+    let dir = tmp.join("img");
+    std::fs::create_dir_all(&dir).unwrap();
+    let layer = tmp.join("layer");
+    random_file(&layer, 64);
+    let digest = layout_image(&dir, &layer);
+    let token = granted(&shim, &dir).await;
+    let env = [
+        ("STEPSHIM_FORWARD_IDLE_TIMEOUT", "1"),
+        ("STEPSHIM_FORWARD_MAX_CONNECTIONS", "1"),
+    ];
+    let fwd = Forwarder::start("127.0.0.0/8", port(&shim.addr), &env);
+
+    // A connection that sends nothing holds the only slot: the next one is turned away.
+    let mut quiet = tokio::net::TcpStream::connect(&fwd.addr).await.unwrap();
+    let (status, _, body) = raw_with(&fwd.addr, "GET", "/healthz", &[]).await;
+    assert_eq!(
+        (status, oci_error(&body).0.as_str()),
+        (503, "TOOMANYREQUESTS")
+    );
+    // ... until the idle timeout closes it.
+    let start = std::time::Instant::now();
+    let mut byte = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(10), quiet.read(&mut byte))
+        .await
+        .expect("closed within the deadline")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "closed without an answer");
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        start.elapsed()
+    );
+    drop(quiet);
+
+    // A reader that stops: once the socket buffers are full and nothing moves for a second, the
+    // connection is cut; what the reader gets afterwards ends short of the length.
+    let path = format!("/v2/127.0.0.1/img/blobs/{digest}");
+    let auth = basic("plain", &token);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut s = loop {
+        let mut s = tokio::net::TcpStream::connect(&fwd.addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut peek = [0u8; 12];
+        s.read_exact(&mut peek).await.unwrap();
+        if &peek == b"HTTP/1.1 200" {
+            break s;
+        }
+        // The slot of the closed connection is given back as its task ends: try again.
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slot was never given back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let closes = || {
+        fwd.log
+            .lock()
+            .unwrap()
+            .matches("idle connection closed")
+            .count()
+    };
+    let before = closes();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while closes() == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stalled reader was not cut: {}",
+            fwd.log.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest).await;
+    assert!(
+        (rest.len() as u64) < 64 << 20,
+        "{} bytes after the stall: the connection was cut",
+        rest.len()
+    );
+}
