@@ -1,7 +1,9 @@
 //! The forwarder binary in front of the real shim (plain HTTP): pulls routed to the pod the path
 //! names and rewritten without its address, answers passed back as the shim gave them, keep-alive
 //! on the client's side, every refusal with its OCI error body, a large blob streamed with bounded
-//! memory, and a source that breaks off midway seen as a cut by the client.
+//! memory, a source that breaks off midway seen as a cut by the client, the idle deadline and the
+//! connection cap. The shim is `$STEPSHIM_BIN`, or `stepshim` beside the test executable (`cargo
+//! test --workspace` builds it; alone: `cargo build -p stepshim`).
 #![allow(clippy::unwrap_used)]
 
 mod common;

@@ -1,7 +1,9 @@
 //! The forwarder in front of a real shim serving TLS 1.3 (PROTOCOL.md 1.1): the source is reached
 //! only when its key is the pin the credentials name; any other key is refused in the handshake,
-//! before the token is sent, and answered 502. The shim binary must be built with TLS
-//! (`cargo build -p stepshim --features tls`, or `$STEPSHIM_BIN`).
+//! before the token is sent, and answered 502. Run with `--features shim-tls` and a shim built with
+//! TLS: `$STEPSHIM_BIN` (tests/run passes the image's stepshim-tls), or `stepshim` beside the test
+//! executable after `cargo build -p stepshim --features tls`.
+#![cfg(feature = "shim-tls")]
 #![allow(clippy::unwrap_used)]
 
 mod common;
