@@ -460,3 +460,26 @@ async fn idle_connections_and_stalled_readers_are_closed_and_the_cap_holds() {
         rest.len()
     );
 }
+
+#[test]
+fn sigterm_stops_it_cleanly() {
+    let mut fwd = Forwarder::start("127.0.0.0/8", 7777, &[]);
+    let pid = fwd.child.id().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = fwd.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{}", fwd.log.lock().unwrap());
+}
