@@ -58,7 +58,10 @@ pub struct LocalArgs {
     /// MiB of the large file in the `tls` part's pull (beside 200 small files).
     #[arg(long, default_value_t = 256)]
     pub pull_mib: u64,
-    /// Parts to run (default all): ready, spawn, floor, streams, stream, tls, many. `tls` compares
+    /// MiB of the `images` part's rootfs/ (5,000 files) and of its one OCI layout blob.
+    #[arg(long, default_value_t = 200)]
+    pub image_mib: u64,
+    /// Parts to run (default all): ready, spawn, floor, streams, stream, tls, images, many. `tls` compares
     /// a plain and a TLS shim of the same binary (spawn latency, a new connection, a stream, a
     /// pull, CPU per GiB); it needs a binary built with TLS (`images/build-shim-binary --tls`:
     /// target/image/stepshim-tls), and the default set skips it for a binary without.

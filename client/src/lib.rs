@@ -8,6 +8,7 @@
 //! - [`process`]: the process routes: spawn, status, wait, stdin, signals, resize, delete, output
 //!   (a second `impl ShimClient`).
 //! - [`artifacts`]: grants, pulls and the resumable files stream (another `impl ShimClient`).
+//! - [`images`]: the digest of an image the shim serves under `/v2/` (another `impl ShimClient`).
 //! - [`stream`]: a connection, plain or TLS with the shim's key pinned (PROTOCOL.md 1.1).
 //! - [`transport`]: how a request reaches the shim: the [`Transport`] trait and the direct pool.
 //! - [`h1`]: the direct pool's own HTTP/1.1 exchange for JSON calls (streams go through hyper).
@@ -19,6 +20,7 @@
 mod artifacts;
 mod error;
 pub mod h1;
+mod images;
 pub mod local;
 mod output;
 mod process;
@@ -36,6 +38,7 @@ use serde::de::DeserializeOwned;
 
 pub use artifacts::FilesOut;
 pub use error::ClientError;
+pub use images::ManifestHead;
 pub use output::{Attached, OutputStream};
 pub use stepshim_tls::{Pin, Seed};
 use transport::full_body;

@@ -20,7 +20,7 @@ use kube::Api;
 use kube::api::PostParams;
 use serde::Serialize;
 
-use crate::manifests::{POD_VERBS, PROXY_VERBS, UNNEEDED};
+use crate::manifests::{POD_VERBS, PROXY_VERBS, SECRET_VERBS, UNNEEDED};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::via::Via;
 
@@ -90,6 +90,9 @@ pub struct Health {
     pub unneeded: Vec<Access>,
     /// The `pods/proxy` verbs reaching shims through the apiserver needs, with their answers.
     pub proxy: Vec<Access>,
+    /// The verbs on secrets that images from step pods (`run --image-from`) need, with their
+    /// answers; they do not count in `ok` (steps without such images never need them).
+    pub secrets: Vec<Access>,
     /// The ways to the shims these credentials allow: `direct` always (it needs a route to pod
     /// IPs, which an access review cannot tell), `proxy` when every `pods/proxy` verb is allowed.
     pub transports: Vec<String>,
@@ -136,6 +139,8 @@ pub async fn check(rt: &Runtime) -> Result<Health, RuntimeError> {
     let unneeded = ask(UNNEEDED).await?;
     let proxy: Vec<_> = PROXY_VERBS.iter().map(|v| ("pods/proxy", *v)).collect();
     let proxy = ask(&proxy).await?;
+    let secrets: Vec<_> = SECRET_VERBS.iter().map(|v| ("secrets", *v)).collect();
+    let secrets = ask(&secrets).await?;
     let proxy_ok = proxy.iter().all(|a| a.allowed);
     let mut transports = vec!["direct".to_owned()];
     if proxy_ok {
@@ -148,6 +153,7 @@ pub async fn check(rt: &Runtime) -> Result<Health, RuntimeError> {
         needed,
         unneeded,
         proxy,
+        secrets,
         transports,
         ok,
     })

@@ -12,6 +12,10 @@
 //! - [`via`]: the way to a shim: the pod IP, or the apiserver's `pods/proxy` with our credentials.
 //! - [`gc`]: garbage collection, retirement and the credentials health check.
 //! - [`transfer`]: artifacts between step pods: a grant and a pull, or through the controller.
+//! - [`image`]: images from step pods, the pure part: `POD:/PATH`, the image's name and reference,
+//!   the image-pull Secret and gc's rule for it.
+//! - [`image_source`]: images from step pods, the I/O: the grant and the digest on the source
+//!   shim, the consuming pod with its Secret, and gc of Secrets left behind.
 //! - [`manifests`]: RBAC (the one list of verbs a worker needs), the shim ConfigMap and the step
 //!   pods' NetworkPolicy as YAML.
 //!
@@ -19,6 +23,8 @@
 //! module; the benchmarks are the `bench` crate.
 
 pub mod gc;
+pub mod image;
+pub mod image_source;
 pub mod manifests;
 pub mod podspec;
 pub mod progress;

@@ -1,5 +1,6 @@
 //! What an operator applies once per namespace: the worker's ServiceAccount, a Role granting pods
-//! get/list/watch/create/delete (and configmaps get, for ConfigMap delivery) and nothing of
+//! get/list/watch/create/delete (and configmaps get, for ConfigMap delivery, and secrets
+//! list/create/patch/delete, for the image-pull Secrets of images from step pods) and nothing of
 //! `pods/exec`, `pods/attach` or `pods/portforward`, the RoleBinding, and optionally the ConfigMap
 //! carrying the shim binary. A worker that reaches shims through the apiserver (`--via proxy` or
 //! `auto`) also gets `pods/proxy` with exactly the verbs the shim's methods map to. A NetworkPolicy
@@ -41,6 +42,9 @@ pub const POD_VERBS: &[&str] = &["get", "list", "watch", "create", "delete"];
 /// authorizes a proxied request by its method (GET is `get`, POST `create`, PUT `update`, DELETE
 /// `delete`), and the protocol uses those four methods (PUT for spawns and files in).
 pub const PROXY_VERBS: &[&str] = &["get", "create", "update", "delete"];
+/// The verbs on secrets that images from step pods need (`stepctl run --image-from`): create
+/// an image-pull Secret, make the pod its owner, and let gc list and delete those left behind.
+pub const SECRET_VERBS: &[&str] = &["list", "create", "patch", "delete"];
 /// Rights a worker never uses: holding them is over-privileged, and `stepctl check` warns.
 pub const UNNEEDED: &[(&str, &str)] = &[
     ("pods/exec", "create"),
@@ -61,6 +65,12 @@ pub fn rules(proxy: bool) -> Vec<PolicyRule> {
             api_groups: Some(vec![String::new()]),
             resources: Some(vec!["configmaps".into()]),
             verbs: vec!["get".into()],
+            ..Default::default()
+        },
+        PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["secrets".into()]),
+            verbs: SECRET_VERBS.iter().map(|v| (*v).to_owned()).collect(),
             ..Default::default()
         },
     ];

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction,
-    KeyToPath, Pod, PodSecurityContext, PodSpec, Probe, ResourceRequirements, SecurityContext,
-    Toleration, Volume, VolumeMount,
+    KeyToPath, LocalObjectReference, Pod, PodSecurityContext, PodSpec, Probe, ResourceRequirements,
+    SecurityContext, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -81,6 +81,8 @@ pub struct StepSpec {
     pub automount_service_account_token: bool,
     /// Image pull policy of the step image (`IfNotPresent` when unset).
     pub image_pull_policy: Option<String>,
+    /// Secrets of registry credentials for the step image (`imagePullSecrets`).
+    pub image_pull_secrets: Vec<String>,
     /// Shim delivery.
     pub delivery: Delivery,
     /// Whether the shim serves TLS (PROTOCOL.md 1.1): on by default with an init container
@@ -109,6 +111,7 @@ impl StepSpec {
             service_account: None,
             automount_service_account_token: false,
             image_pull_policy: None,
+            image_pull_secrets: Vec::new(),
             tls: matches!(delivery, Delivery::InitContainer { .. }),
             delivery,
         }
@@ -163,6 +166,12 @@ pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str, tls_seed: Op
             node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
             tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
             security_context: Some(PodSecurityContext::default()),
+            image_pull_secrets: (!spec.image_pull_secrets.is_empty()).then(|| {
+                spec.image_pull_secrets
+                    .iter()
+                    .map(|name| LocalObjectReference { name: name.clone() })
+                    .collect()
+            }),
             ..Default::default()
         }),
         status: None,

@@ -1,7 +1,8 @@
 //! One target of the controller: a kubeconfig (or in-cluster service account), a namespace and a
 //! worker name. Creates step pods, waits for them on the shared pod watch, hands out shim clients
 //! with each pod's token (to the pod IP or through the apiserver, see [`crate::via`]), and deletes
-//! pods. Pods are the only API objects it touches.
+//! pods. Pods are the only API objects it touches (the image-pull Secrets of images from step pods
+//! are [`crate::image_source`]'s).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -194,12 +195,26 @@ impl Runtime {
 
     /// Creates the step pod for `spec`.
     pub async fn create(&self, spec: &StepSpec) -> Result<(), RuntimeError> {
+        self.create_pod(spec).await.map(|_| ())
+    }
+
+    /// Creates the step pod for `spec` and returns it as the apiserver made it (with its UID).
+    pub async fn create_pod(&self, spec: &StepSpec) -> Result<Pod, RuntimeError> {
         let token = self.token(&spec.name);
         let hash = protocol::token::sha256_hex(&token);
         let seed = spec.tls.then(|| client::Seed::for_token(&token).to_hex());
         let pod = podspec::build_pod(spec, &self.worker, &hash, seed.as_deref());
-        self.pods.create(&PostParams::default(), &pod).await?;
-        Ok(())
+        Ok(self.pods.create(&PostParams::default(), &pod).await?)
+    }
+
+    /// The cached pod `name` of this worker.
+    pub fn pod(&self, name: &str) -> Option<Arc<Pod>> {
+        self.watch.get(name)
+    }
+
+    /// The TLS pin of pod `name`'s shim (when it serves TLS), derived from its token.
+    pub fn pin(&self, name: &str) -> client::Pin {
+        client::Seed::for_token(&self.token(name)).pin()
     }
 
     /// Waits until pod `name` is ready and returns its IP, reporting each change of progress.

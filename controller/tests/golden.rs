@@ -1,7 +1,8 @@
 //! Golden files shared with the Go kit (`protocol/go/k8s`): the step pod `build_pod` makes for each
 //! case of `protocol/testdata/steppod-cases.json`, compared field by field to `steppod-<case>.json`;
-//! the token of `token.json`; and the readiness verdicts of `progress.json`. The Go tests check the
-//! same files, so both sides build the same pod, derive the same token and read a status alike.
+//! the token of `token.json`; the readiness verdicts of `progress.json`; and the image-pull Secret
+//! of `imagepull-secret.json`. The Go tests check the same files, so both sides build the same pod
+//! and Secret, derive the same token and read a status alike.
 //!
 //! `STEPSHIM_UPDATE_GOLDEN=1` rewrites the pod and token files from this side instead of failing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -243,4 +244,24 @@ fn progress_reads_statuses_as_the_table_says() {
         "progress differs from protocol/testdata/progress.json:\n{}",
         failures.join("\n")
     );
+}
+
+/// The image-pull Secret of `imagepull-secret.json`'s inputs, as the Go kit's PullSecret makes it.
+#[test]
+fn image_pull_secret_matches_the_golden_file() {
+    let file = "imagepull-secret.json";
+    let mut golden = read(file);
+    let s = |k: &str| golden[k].as_str().unwrap().to_owned();
+    let creds = controller::image::Credentials::new(Some(&s("pin")), &s("token"));
+    let port = u16::try_from(golden["port"].as_u64().unwrap()).unwrap();
+    let secret = controller::image::pull_secret(&s("worker"), &s("pod"), port, &creds);
+    let got = serde_json::to_value(&secret).unwrap();
+    if updating() {
+        golden["secret"] = got;
+        write(file, &golden);
+        return;
+    }
+    let mut out = Vec::new();
+    diff("secret", &golden["secret"], &got, &mut out);
+    assert!(out.is_empty(), "{file}:\n{}", out.join("\n"));
 }

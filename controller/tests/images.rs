@@ -1,6 +1,7 @@
-//! `stepctl run` against a cluster names no default images: without `--image` or `--shim-image`
-//! (nor their environment variables) it ends with one line saying what to pass, before it connects
-//! to anything, so these runs need no cluster.
+//! `stepctl run` against a cluster names no default images: without `--image` (or
+//! `--image-from`) or `--shim-image` (nor their environment variables) it ends with one line saying
+//! what to pass, before it connects to anything, so these runs need no cluster; a malformed
+//! `--image-from` or one whose directory cannot name an image is refused as early.
 
 use std::process::Command;
 
@@ -30,8 +31,24 @@ fn a_run_without_images_says_what_to_pass_in_one_line() {
     assert_eq!(code, Some(1), "{err}");
     assert_eq!(
         err,
-        "stepctl: no step image: pass --image REF or set STEPCTL_IMAGE\n"
+        "stepctl: no step image: pass --image REF (or set STEPCTL_IMAGE) or --image-from POD:/PATH\n"
     );
+
+    // An image from a step pod: the argument and the image's name are checked first too.
+    let shim = ["--shim-image", "r/shim@sha256:00", "--image-from"];
+    let (code, err) = run(&[], &[&shim[..], &["build-1"]].concat());
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err,
+        "stepctl: --image-from \"build-1\": want POD:/PATH (an absolute path in the pod)\n"
+    );
+    let (code, err) = run(&[], &[&shim[..], &["build-1:/out/App"]].concat());
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.starts_with("stepctl: /out/App: the image would be named \"App\", which is not an OCI name component"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
 
     let (code, err) = run(&[("STEPCTL_IMAGE", "busybox")], &[]);
     assert_eq!(code, Some(1), "{err}");

@@ -104,7 +104,7 @@ func (c *Client) BaseURL() string { return c.base.String() }
 // Grant registers a grant on path for ttl (and at most uses requests if uses > 0) with a fresh random
 // token, which it returns with the grant; the shim keeps only its SHA-256.
 func (c *Client) Grant(ctx context.Context, path string, ttl time.Duration, uses uint64) (string, *Grant, error) {
-	var raw [24]byte
+	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", nil, err
 	}

@@ -3,8 +3,6 @@
 //! spec spells them, the JSON documents the shim reads (`index.json`, Concourse's `metadata.json`)
 //! and writes (a manifest and an image config), and the error body. No I/O.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 /// Prefix of every image route.
@@ -187,9 +185,21 @@ pub struct Descriptor {
     pub digest: String,
     /// Bytes.
     pub size: u64,
-    /// Annotations (the tag of an `index.json` entry).
+    /// Annotations: only the tag of an `index.json` entry is read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub annotations: Option<BTreeMap<String, String>>,
+    pub annotations: Option<Annotations>,
+}
+
+/// The annotations of a [`Descriptor`] the shim reads; others are ignored.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Annotations {
+    /// `org.opencontainers.image.ref.name`: the entry's tag.
+    #[serde(
+        rename = "org.opencontainers.image.ref.name",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ref_name: Option<String>,
 }
 
 /// An image index (`index.json` of a layout): only what the shim reads.
@@ -200,25 +210,44 @@ pub struct Index {
     pub manifests: Vec<Descriptor>,
 }
 
-/// What a manifest or index says of itself.
+/// What a manifest or index says of itself: enough to tell one from an image config or any other
+/// JSON blob (an image config also has a `config` field, but not a descriptor in it).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SelfDescribed {
+    /// 2 for both.
+    #[serde(default)]
+    pub schema_version: Option<u32>,
     /// Its own media type, when it names one.
     #[serde(default)]
     pub media_type: Option<String>,
     /// Present in an index.
     #[serde(default)]
-    pub manifests: Option<serde::de::IgnoredAny>,
-    /// Present in a manifest.
+    pub manifests: Option<Vec<serde::de::IgnoredAny>>,
+    /// Present in a manifest: a descriptor.
     #[serde(default)]
-    pub config: Option<serde::de::IgnoredAny>,
+    pub config: Option<DescriptorShape>,
+}
+
+/// A descriptor's required fields, for [`SelfDescribed`].
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DescriptorShape {
+    /// Its media type.
+    pub media_type: String,
+    /// Its digest.
+    pub digest: String,
 }
 
 impl SelfDescribed {
-    /// The media type to answer a manifest with: its own, else what its fields make it.
+    /// The media type to answer a manifest with: its own, else what its fields make it; `None`
+    /// for anything that is not a schema 2 manifest or index.
     pub fn media_type(&self) -> Option<&str> {
+        if self.schema_version != Some(2) {
+            return None;
+        }
         match (&self.media_type, &self.manifests, &self.config) {
+            (Some(_), None, None) => None,
             (Some(t), _, _) => Some(t),
             (None, Some(_), None) => Some(INDEX),
             (None, None, Some(_)) => Some(MANIFEST),

@@ -80,6 +80,9 @@ pub(crate) struct Found {
 #[derive(Debug, Default)]
 pub(crate) struct Images {
     built: Mutex<Vec<rootfs::Built>>,
+    /// Held while a tree is hashed: requests for the same image wait for one hash, not each
+    /// make their own.
+    hashing: Mutex<()>,
 }
 
 /// How many `rootfs/` images keep their digests.
@@ -127,7 +130,12 @@ impl Images {
     ) -> Result<(rootfs::Built, rootfs::State), ImageError> {
         let now = rootfs::State::of(dir, fd)?;
         let lock = || self.built.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(b) = lock().iter().find(|b| b.is(&now)).cloned() {
+        let cached = |now: &rootfs::State| lock().iter().find(|b| b.is(now)).cloned();
+        if let Some(b) = cached(&now) {
+            return Ok((b, now));
+        }
+        let _one = self.hashing.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = cached(&now) {
             return Ok((b, now));
         }
         let built = rootfs::Built::hash(&now)?;

@@ -262,6 +262,23 @@ async fn an_oci_layout_is_served_as_it_is_and_checked_against_its_digests() {
         assert_eq!((status, &body), (200, &manifest), "{tag}");
         assert_eq!(header(&head, "docker-content-digest"), sha(&manifest));
     }
+    // A config is a blob, not a manifest.
+    let config_digest =
+        serde_json::from_slice::<serde_json::Value>(&manifest).unwrap()["config"]["digest"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    let (status, _, body) = get(
+        &shim,
+        "GET",
+        &format!("/v2/tools/manifests/{config_digest}"),
+        &token,
+    )
+    .await;
+    assert_eq!(
+        (status, oci_code(&body).as_str()),
+        (404, "MANIFEST_UNKNOWN")
+    );
     let (status, _, body) = get(&shim, "GET", "/v2/tools/manifests/v2", &token).await;
     assert_eq!(
         (status, oci_code(&body).as_str()),

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use controller::{gc, manifests};
+use controller::{gc, image_source, manifests};
 use serde_json::json;
 
 use super::Target;
@@ -130,8 +130,29 @@ fn cluster(target: &Target) -> Result<&controller::runtime::Runtime> {
 pub async fn gc(target: &Target, args: GcArgs, out: Output) -> Result<i32> {
     let rt = cluster(target)?;
     let keep: HashSet<String> = args.keep.into_iter().collect();
-    let deleted = gc::collect(rt, &keep, Duration::from_secs(args.grace)).await?;
+    let grace = Duration::from_secs(args.grace);
+    let deleted = gc::collect(rt, &keep, grace).await?;
+    // Image-pull Secrets whose pod is gone (their controller died before the pod owned them).
+    let secrets = match image_source::collect_secrets(rt, grace).await {
+        Ok(s) => s,
+        // Credentials from before --image-from, without rights on secrets: nothing to collect.
+        Err(image_source::SourceError::Secret {
+            source: kube::Error::Api(e),
+            ..
+        }) if e.code == 403 => {
+            eprintln!("stepctl: image-pull secrets not collected: {}", e.message);
+            Vec::new()
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if out == Output::Json {
+        print_json(&json!({ "deleted": deleted, "secrets": secrets }));
+        return Ok(0);
+    }
     report_deleted(&deleted, out);
+    for s in &secrets {
+        println!("deleted secret {s}");
+    }
     Ok(0)
 }
 
@@ -182,6 +203,20 @@ pub async fn check(target: &Target, out: Output) -> Result<i32> {
         } else {
             println!(
                 "  transports: direct only (needs a route to pod IPs); proxy needs pods/proxy {}",
+                missing.join(", ")
+            );
+        }
+        let missing: Vec<_> = health
+            .secrets
+            .iter()
+            .filter(|a| !a.allowed)
+            .map(|a| a.verb.as_str())
+            .collect();
+        if missing.is_empty() {
+            println!("  images from step pods (run --image-from): secrets allowed");
+        } else {
+            println!(
+                "  images from step pods (run --image-from) need secrets {}",
                 missing.join(", ")
             );
         }

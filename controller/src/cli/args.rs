@@ -124,9 +124,24 @@ pub struct CpArgs {
 /// `run`
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Image of the step (any image; the shim brings its own binary). Required for a cluster.
+    /// Image of the step (any image; the shim brings its own binary). Required for a cluster,
+    /// unless --image-from names it.
     #[arg(long, env = "STEPCTL_IMAGE")]
     pub image: Option<String>,
+    /// The step's image is a directory of another step pod of this worker (an OCI image layout,
+    /// or Concourse's rootfs/ and metadata.json), named after the directory (an OCI name
+    /// component): pulled by the kubelet through the node-local forwarder, with a grant on POD
+    /// and an image-pull Secret the pod owns. Takes the place of --image.
+    #[arg(long, value_name = "POD:/PATH")]
+    pub image_from: Option<String>,
+    /// With --image-from: the port of the node-local forwarder (stepshim-forward) on 127.0.0.1.
+    #[arg(long, env = "STEPCTL_FORWARDER_PORT", default_value_t = controller::image::FORWARDER_PORT)]
+    pub forwarder_port: u16,
+    /// With --image-from: seconds the grant on the source pod lasts (the pull must start within
+    /// it; it is revoked when the step ends).
+    #[arg(long, env = "STEPCTL_IMAGE_GRANT_TTL", value_name = "SECONDS",
+          default_value_t = controller::image::GRANT_TTL.as_secs())]
+    pub image_grant_ttl: u64,
     /// Give the process a terminal (raw mode, resized with the window).
     #[arg(long)]
     pub tty: bool,

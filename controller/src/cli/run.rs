@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use client::ShimClient;
+use controller::image::ImageFrom;
+use controller::image_source::{self, SourceImage};
 use controller::podspec::{Delivery, StepSpec};
 use controller::runtime::Runtime;
 use protocol::SpawnRequest;
@@ -35,6 +37,9 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<i32> {
         spec.dir = Some(workdir.clone());
     }
     match target {
+        Target::Local(_) if args.image_from.is_some() => {
+            bail!("--image-from needs a cluster: the kubelet pulls the image")
+        }
         Target::Local(local) => {
             prepare(local.client.clone()).await?;
             run_process(&local.client, &args.id, &spec).await
@@ -60,11 +65,19 @@ fn spawn_request(args: &RunArgs) -> Result<SpawnRequest> {
     })
 }
 
-/// The step image and the shim's delivery of a cluster run: neither has a default, since no image
-/// exists in every cluster. `main` calls this before connecting, so a missing one fails at once.
-pub fn images(args: &RunArgs) -> Result<(&str, Delivery)> {
-    let Some(image) = args.image.as_deref() else {
-        bail!("no step image: pass --image REF or set STEPCTL_IMAGE");
+/// The step image (`None`: it comes from `--image-from`, checked here) and the shim's delivery of
+/// a cluster run: neither has a default, since no image exists in every cluster. `main` calls this
+/// before connecting, so a missing or malformed one fails at once.
+pub fn images(args: &RunArgs) -> Result<(Option<&str>, Delivery)> {
+    let image = match (&args.image_from, args.image.as_deref()) {
+        (Some(from), _) => {
+            from.parse::<ImageFrom>()?.name()?;
+            None
+        }
+        (None, Some(image)) => Some(image),
+        (None, None) => bail!(
+            "no step image: pass --image REF (or set STEPCTL_IMAGE) or --image-from POD:/PATH"
+        ),
     };
     let delivery = match args.delivery {
         DeliveryArg::Init => {
@@ -85,9 +98,14 @@ pub fn images(args: &RunArgs) -> Result<(&str, Delivery)> {
     Ok((image, delivery))
 }
 
-/// The step pod `run` creates, named `name`.
-fn step_spec(args: &RunArgs, name: &str) -> Result<StepSpec> {
+/// The step pod `run` creates, named `name`, its image from `source` if given.
+fn step_spec(args: &RunArgs, name: &str, source: Option<&SourceImage>) -> Result<StepSpec> {
     let (image, delivery) = images(args)?;
+    let image = match (source, image) {
+        (Some(s), _) => &s.reference,
+        (None, Some(image)) => image,
+        (None, None) => bail!("--image-from was not prepared"),
+    };
     let mut step = StepSpec::new(name, image, delivery);
     step.build = args.build.clone();
     step.step = args.step.clone();
@@ -114,9 +132,30 @@ where
         .name
         .clone()
         .unwrap_or_else(|| format!("step-{}", random_suffix()));
-    rt.create(&step_spec(args, &name)?)
-        .await
-        .with_context(|| format!("creating pod {name}"))?;
+    let source = match &args.image_from {
+        Some(from) => {
+            let from: ImageFrom = from.parse()?;
+            let ttl = Duration::from_secs(args.image_grant_ttl);
+            let s = image_source::prepare(rt, &from, args.forwarder_port, ttl).await?;
+            eprintln!(
+                "stepctl: image {} from {}:{}",
+                s.reference, from.pod, from.path
+            );
+            Some(s)
+        }
+        None => None,
+    };
+    let step = step_spec(args, &name, source.as_ref())?;
+    let created = match &source {
+        Some(s) => image_source::create_pod(rt, &step, s).await.map(|_| ()),
+        None => rt.create(&step).await.map_err(Into::into),
+    };
+    if let Err(e) = created {
+        if let Some(s) = &source {
+            let _ = s.revoke().await;
+        }
+        return Err(anyhow::Error::new(e).context(format!("creating pod {name}")));
+    }
     let result = async {
         let ip = rt
             .wait_ready(&name, Duration::from_secs(args.ready_timeout), |p| {
@@ -128,6 +167,13 @@ where
         run_process(&shim, &args.id, spec).await
     }
     .await;
+    // The image is pulled (or will never be): its grant is done with. One the source shim no longer
+    // answers expires by its ttl.
+    if let Some(s) = &source
+        && let Err(e) = s.revoke().await
+    {
+        tracing::debug!("revoking the image grant on {}: {e}", s.from.pod);
+    }
     for out in &args.outputs {
         eprintln!("stepctl: output {name}:{out}");
     }

@@ -97,3 +97,27 @@ fn a_cpu_request_alone_sets_no_limit() {
     assert_eq!(r.requests.unwrap()["cpu"], Quantity("250m".into()));
     assert_eq!(r.limits.unwrap()["cpu"], Quantity("250m".into()));
 }
+
+#[test]
+fn an_image_from_a_step_pod_names_its_pull_secret() {
+    let image = format!("127.0.0.1:7779/10.244.0.9/out@sha256:{}", "0f".repeat(32));
+    let mut spec = StepSpec::new(
+        "consumer",
+        image.clone(),
+        Delivery::ConfigMap { name: "c".into() },
+    );
+    assert!(
+        build_pod(&spec, "w", "t", None)
+            .spec
+            .unwrap()
+            .image_pull_secrets
+            .is_none()
+    );
+    spec.image_pull_secrets = vec!["consumer-image".into()];
+    let pod = serde_json::to_value(build_pod(&spec, "w", "t", None)).unwrap();
+    assert_eq!(
+        pod["spec"]["imagePullSecrets"],
+        serde_json::json!([{"name": "consumer-image"}])
+    );
+    assert_eq!(pod["spec"]["containers"][0]["image"], image.as_str());
+}

@@ -133,3 +133,29 @@ fn creating_then_starting_then_ready() {
         "ready at 10.0.0.7"
     );
 }
+
+#[test]
+fn a_refused_pull_from_a_step_pod_fails_at_once_naming_the_reference() {
+    // The main container's image comes from another step pod through the forwarder; its init
+    // container is done. The first ErrImagePull is the end: no waiting for a back-off.
+    let image = format!("127.0.0.1:7779/10.244.0.9/out@sha256:{}", "0f".repeat(32));
+    let message = "failed to resolve reference: pulling from host 127.0.0.1:7779 failed with \
+                   status code 404 Not Found";
+    let p: Pod = serde_json::from_value(json!({"metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "step", "image": image}]},
+        "status": {"phase": "Pending", "conditions": [scheduled()],
+            "initContainerStatuses": [{"name": "stepshim-install", "ready": true, "restartCount": 0,
+                "image": "shim", "imageID": "", "state": {"terminated": {"exitCode": 0}}}],
+            "containerStatuses": [{"name": "step", "ready": false, "restartCount": 0,
+                "image": image, "imageID": "",
+                "state": {"waiting": {"reason": "ErrImagePull", "message": message}}}]}}))
+    .unwrap();
+    assert_eq!(
+        progress(Some(&p)),
+        Progress::Failed {
+            reason: "ErrImagePull".into(),
+            message: message.into()
+        }
+    );
+    assert_eq!(failing_container(&p), Some(("step".into(), image)));
+}

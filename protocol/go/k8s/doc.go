@@ -11,6 +11,25 @@
 // certificate authority or extra API object is involved, and a pod is taken as TLS iff its main
 // container has STEPSHIM_TLS_SEED.
 //
+// # Images from step pods
+//
+// A step's output directory can be the image of a later step's pod: set StepSpec.ImageFrom to
+// ImageFrom{Pod, Path} (a pod of the same worker and a directory in it holding an OCI image layout,
+// or Concourse's rootfs/ and metadata.json) instead of Image. Create then makes a read grant on the
+// source pod's shim for the directory (a fresh random 32-byte token, Config.ImageGrantTTL, one hour
+// by default), resolves the image's digest with it (HEAD /v2/<name>/manifests/latest, name being
+// the directory's last component, which must be an OCI name component), creates an image-pull
+// Secret (kubernetes.io/dockerconfigjson for 127.0.0.1:<Config.ForwarderPort>, 7779 by default,
+// user "tls-<pin>" or "plain", the grant token as password, labelled stepshim.dev/image-for), then
+// the pod with image 127.0.0.1:<port>/<source IP>/<name>@<digest> and that Secret in its
+// imagePullSecrets, and makes the pod the Secret's owner so Kubernetes deletes it with the pod. The
+// kubelet pulls through the node-local forwarder (stepshim-forward), which reaches the source shim
+// pod to pod. The pod token never leaves the worker. GC deletes image-pull Secrets whose pod is
+// gone (a worker that died between the Secret and the owner); grants are never revoked by GC, they
+// expire by their ttl. A pull that fails is the pod's own reason (ErrImagePull with the kubelet's
+// message), which WaitReady returns at once as a *PodFailedError. The worker's Role needs secrets
+// list, create, patch and delete (SecretVerbs); `stepctl manifests` grants them.
+//
 // The Worker never uses pods/exec, pods/attach or pods/portforward: pods are created and deleted
 // through the API and everything else goes over HTTP (or HTTPS) to the shim in the pod.
 //
@@ -25,6 +44,9 @@
 //     Delete, Shim, ShimViaProxy, and Connect (Shim with the shim's protocol version checked once
 //     per pod).
 //   - gc.go: GC by desired set with a grace period, Retire, and Check (SelfSubjectAccessReview).
+//   - image.go: ImageFrom, image names and references, the image-pull Secret and GC's rule for it.
+//   - image_worker.go: ResolveImage (grant and digest on a shim), Worker.PrepareImage, Create with
+//     ImageFrom (Secret, pod, owner) and GCImageSecrets.
 //
 // Tests: golden_test.go checks the files in protocol/testdata, shared with the Rust controller's
 // controller/tests/golden.rs (pod, token, readiness verdicts); unit_test.go the pure rules;

@@ -54,3 +54,37 @@ func Example() {
 		log.Print(err)
 	}
 }
+
+// A later step runs the image an earlier step built into its output directory: no registry, the
+// kubelet pulls it from the earlier pod's shim through the node-local forwarder.
+func ExampleImageFrom() {
+	ctx := context.Background()
+	cs, err := k8s.Clientset("")
+	if err != nil {
+		log.Fatal(err)
+	}
+	key, err := k8s.KeyFromFile("/etc/concourse/stepshim.key")
+	if err != nil {
+		log.Fatal(err)
+	}
+	w, err := k8s.NewWorker(ctx, cs, k8s.Config{Namespace: "ci", Worker: "k8s-worker", Key: key,
+		ForwarderPort: 7779, ImageGrantTTL: time.Hour})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Close()
+	// build-42-image has written /tmp/build/out/app-image (rootfs/ and metadata.json, or an OCI
+	// layout); the image is named app-image and pinned by its digest.
+	pod, err := w.Create(ctx, k8s.StepSpec{
+		Name: "build-42-test", Build: "main/42", Step: "test",
+		ImageFrom: &k8s.ImageFrom{Pod: "build-42-image", Path: "/tmp/build/out/app-image"},
+		Delivery:  k8s.InitContainer("stepshim/stepshim:v1"),
+	})
+	if err != nil {
+		log.Fatal(err) // e.g. "k8s: build-42-image:/tmp/build/out/app-image is not an image the shim serves: ..."
+	}
+	log.Print(pod.Spec.Containers[0].Image) // 127.0.0.1:7779/10.244.0.17/app-image@sha256:...
+	if _, err := w.WaitReady(ctx, pod.Name); err != nil {
+		log.Fatal(err) // a failed pull: "pod build-42-test cannot start: ErrImagePull: ..."
+	}
+}

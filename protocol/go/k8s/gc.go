@@ -27,6 +27,10 @@ var PodVerbs = []string{"get", "list", "watch", "create", "delete"}
 // four (`stepctl manifests --via proxy` grants them).
 var ProxyVerbs = []string{"get", "create", "update", "delete"}
 
+// SecretVerbs are the verbs on secrets that images of step pods (StepSpec.ImageFrom) need: create an
+// image-pull Secret, make the pod its owner, and let GC list and delete those left behind.
+var SecretVerbs = []string{"list", "create", "patch", "delete"}
+
 // Unneeded are the rights a worker never uses, as resource/subresource and verb: holding them is
 // over-privileged.
 var Unneeded = [][2]string{
@@ -56,7 +60,8 @@ func SelectGarbage(pods []*corev1.Pod, desired map[string]bool, grace time.Durat
 }
 
 // GC deletes the worker's pods whose names are not in desired and that are at least grace old; it
-// returns the names it deleted (or was deleting when an error stopped it).
+// returns the names it deleted (or was deleting when an error stopped it). It then deletes the
+// image-pull Secrets whose pod is gone (GCImageSecrets).
 func (w *Worker) GC(ctx context.Context, desired []string, grace time.Duration) ([]string, error) {
 	want := make(map[string]bool, len(desired))
 	for _, d := range desired {
@@ -68,7 +73,9 @@ func (w *Worker) GC(ctx context.Context, desired []string, grace time.Duration) 
 			return chosen[:i+1], fmt.Errorf("k8s: gc: delete %s: %w", name, err)
 		}
 	}
-	return chosen, nil
+	// Image-pull Secrets whose pod is gone (a worker died before the pod owned its Secret).
+	_, err := w.GCImageSecrets(ctx, grace)
+	return chosen, err
 }
 
 // Retire deletes every pod of the worker; it returns their names.
@@ -93,6 +100,9 @@ type Health struct {
 	Unneeded []Access `json:"unneeded"`
 	// Proxy are the pods/proxy verbs ShimViaProxy needs, with their answers.
 	Proxy []Access `json:"proxy"`
+	// Secrets are the verbs on secrets that images of step pods (StepSpec.ImageFrom) need, with
+	// their answers; they do not count in OK.
+	Secrets []Access `json:"secrets"`
 	// ProxyAllowed says every one of them is: the worker may reach shims through the apiserver.
 	// Reaching them at pod IPs needs no right, only a route, which no access review can tell.
 	ProxyAllowed bool `json:"proxyAllowed"`
@@ -134,6 +144,13 @@ func (w *Worker) Check(ctx context.Context) (*Health, error) {
 		}
 		h.Proxy = append(h.Proxy, a)
 		h.ProxyAllowed = h.ProxyAllowed && a.Allowed
+	}
+	for _, verb := range SecretVerbs {
+		a, err := w.review(ctx, "secrets", verb)
+		if err != nil {
+			return nil, err
+		}
+		h.Secrets = append(h.Secrets, a)
 	}
 	for _, u := range Unneeded {
 		a, err := w.review(ctx, u[0], u[1])

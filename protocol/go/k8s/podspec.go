@@ -108,6 +108,11 @@ type StepSpec struct {
 	AutomountServiceAccountToken bool
 	// ImagePullPolicy of the step image; empty means IfNotPresent.
 	ImagePullPolicy corev1.PullPolicy
+	// ImagePullSecrets name Secrets of registry credentials for the step image.
+	ImagePullSecrets []string
+	// ImageFrom, when set, makes the step's image a directory of another step pod of the worker
+	// (Worker.Create grants, resolves and names it, see image.go); Image is then left empty.
+	ImageFrom *ImageFrom
 	// Delivery says how the shim reaches the pod.
 	Delivery Delivery
 }
@@ -141,8 +146,10 @@ func (s StepSpec) Validate() error {
 	switch {
 	case s.Name == "":
 		return fmt.Errorf("k8s: step spec without a pod name")
-	case s.Image == "":
+	case s.Image == "" && s.ImageFrom == nil:
 		return fmt.Errorf("k8s: step spec %s without an image", s.Name)
+	case s.Image != "" && s.ImageFrom != nil:
+		return fmt.Errorf("k8s: step spec %s with both an image and ImageFrom", s.Name)
 	case s.Delivery.initImage == "" && s.Delivery.configMap == "":
 		return fmt.Errorf("k8s: step spec %s without a shim delivery (use InitContainer or FromConfigMap)", s.Name)
 	case s.Delivery.tls && s.Delivery.configMap != "":
@@ -234,6 +241,9 @@ func StepPod(spec StepSpec, worker string, auth PodAuth) *corev1.Pod {
 	}
 	if init != nil {
 		pod.Spec.InitContainers = []corev1.Container{*init}
+	}
+	for _, name := range spec.ImagePullSecrets {
+		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
 	}
 	if len(spec.NodeSelector) > 0 {
 		pod.Spec.NodeSelector = spec.NodeSelector

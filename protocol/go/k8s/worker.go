@@ -1,7 +1,8 @@
 // Worker: one worker's pods in one namespace, seen through one shared informer filtered by the worker
 // label (list once, then watch; client-go relists with backoff after errors such as an apiserver
 // restart). Every wait, list and GC reads this cache and wakes on its changes; nothing lists pods per
-// tick or polls a pod. Pods are the only API objects it writes.
+// tick or polls a pod. Pods are the only API objects it writes, and the image-pull Secrets of
+// StepSpec.ImageFrom (image_worker.go).
 
 package k8s
 
@@ -39,6 +40,15 @@ type Config struct {
 	Key Key
 	// SyncTimeout bounds the first list; zero means 30s.
 	SyncTimeout time.Duration
+	// ForwarderPort is the node-local forwarder's port on 127.0.0.1 that images of step pods are
+	// pulled through (StepSpec.ImageFrom); zero means DefaultForwarderPort.
+	ForwarderPort int
+	// ImageGrantTTL is how long the grant for an image of a step pod lasts; zero means
+	// DefaultImageGrantTTL.
+	ImageGrantTTL time.Duration
+	// ImagesViaProxy reaches the source shims of StepSpec.ImageFrom through the apiserver
+	// (ConnectViaProxy) instead of at their pod IPs (Connect).
+	ImagesViaProxy bool
 }
 
 // Worker creates, watches and deletes one worker's step pods and reaches their shims. Methods are safe
@@ -49,7 +59,9 @@ type Worker struct {
 	worker    string
 	key       Key
 	// port is where shims serve at their pod IPs: ShimPort, another port only in tests.
-	port      int
+	port int
+	// images is how images of step pods are granted and named (Config's settings).
+	images    imageSettings
 	factory   informers.SharedInformerFactory
 	lister    listersv1.PodNamespaceLister
 	stop      chan struct{}
@@ -93,6 +105,7 @@ func NewWorker(ctx context.Context, cs kubernetes.Interface, cfg Config) (*Worke
 	pods := factory.Core().V1().Pods()
 	w := &Worker{
 		cs: cs, namespace: cfg.Namespace, worker: cfg.Worker, key: cfg.Key, port: ShimPort, factory: factory,
+		images: settingsOf(cfg),
 		lister: pods.Lister().Pods(cfg.Namespace), stop: make(chan struct{}), changed: make(chan struct{}),
 	}
 	informer := pods.Informer()
@@ -155,10 +168,16 @@ func (w *Worker) Token(pod string) string { return w.key.Token(w.namespace, pod)
 
 // Create creates the step pod for spec, its shim accepting the pod's token. An invalid spec is an
 // error before any request; a pod of that name already there is the API's AlreadyExists error
-// (apierrors.IsAlreadyExists), which a caller retrying a create may take as done.
+// (apierrors.IsAlreadyExists), which a caller retrying a create may take as done. With
+// spec.ImageFrom it first grants and resolves the image and creates the pod's image-pull Secret
+// (image_worker.go); a pod created whose Secret could not be given the pod as owner is returned
+// with an error saying so: the pod is usable, and GC deletes the Secret once the pod is gone.
 func (w *Worker) Create(ctx context.Context, spec StepSpec) (*corev1.Pod, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
+	}
+	if spec.ImageFrom != nil {
+		return w.createFrom(ctx, spec)
 	}
 	pod := StepPod(spec, w.worker, AuthOf(w.Token(spec.Name), spec.Delivery.TLS()))
 	return w.cs.CoreV1().Pods(w.namespace).Create(ctx, pod, metav1.CreateOptions{})

@@ -120,18 +120,35 @@ fn a_config_carries_the_metadata() {
 fn a_manifest_says_what_it_is() {
     let of = |s: &str| {
         serde_json::from_str::<SelfDescribed>(s)
-            .unwrap()
-            .media_type()
-            .map(str::to_owned)
+            .ok()
+            .and_then(|m| m.media_type().map(str::to_owned))
     };
-    assert_eq!(of(r#"{"manifests":[]}"#).as_deref(), Some(INDEX));
+    let desc = r#"{"mediaType":"a/b","digest":"sha256:00","size":1}"#;
     assert_eq!(
-        of(r#"{"config":{},"layers":[]}"#).as_deref(),
+        of(r#"{"schemaVersion":2,"manifests":[]}"#).as_deref(),
+        Some(INDEX)
+    );
+    assert_eq!(
+        of(&format!(
+            r#"{{"schemaVersion":2,"config":{desc},"layers":[]}}"#
+        ))
+        .as_deref(),
         Some(MANIFEST)
     );
     assert_eq!(
-        of(r#"{"mediaType":"x/y","config":{}}"#).as_deref(),
+        of(&format!(
+            r#"{{"schemaVersion":2,"mediaType":"x/y","config":{desc}}}"#
+        ))
+        .as_deref(),
         Some("x/y")
     );
-    assert_eq!(of(r#"{"layers":[]}"#), None);
+    // An image config has a `config` too, but not a descriptor; a bare mediaType is no manifest.
+    assert_eq!(
+        of(r#"{"architecture":"amd64","config":{"Env":["A=b"]}}"#),
+        None
+    );
+    assert_eq!(of(r#"{"schemaVersion":2,"config":{"Env":[]}}"#), None);
+    assert_eq!(of(r#"{"schemaVersion":2,"mediaType":"x/y"}"#), None);
+    assert_eq!(of(r#"{"manifests":[]}"#), None);
+    assert_eq!(of(r#"{"schemaVersion":2,"layers":[]}"#), None);
 }

@@ -110,14 +110,19 @@ async fn serve(
         reg::Request::Blob { name, digest } => (name, Wanted::Blob(digest)),
     };
     let dir = directory(app, &granted, name)?;
-    let slot = app.files.slot(true).map_err(|e| {
-        Refusal(
-            StatusCode::TOO_MANY_REQUESTS,
-            "TOOMANYREQUESTS",
-            e.to_string(),
-        )
-    })?;
     let blob = matches!(wanted, Wanted::Blob(_));
+    // Only a blob's download takes a slot of the grants' pool: manifests are small, so resolving
+    // a tag is never refused while the pod serves pulls.
+    let slot = match blob && !head {
+        true => Some(app.files.slot(true).map_err(|e| {
+            Refusal(
+                StatusCode::TOO_MANY_REQUESTS,
+                "TOOMANYREQUESTS",
+                e.to_string(),
+            )
+        })?),
+        false => None,
+    };
     let a = app.clone();
     let found = crate::blocking::run(move || {
         let dir = std::path::Path::new(&dir);
@@ -247,11 +252,17 @@ fn image_refusal(e: ImageError, blob: bool) -> Refusal {
 }
 
 /// The 200 answer for `found`: headers always, the content unless `head`.
-fn answer(app: &App, found: Found, head: bool, slot: OwnedSemaphorePermit) -> Response<Body> {
-    let body = match found.content {
+fn answer(
+    app: &App,
+    found: Found,
+    head: bool,
+    slot: Option<OwnedSemaphorePermit>,
+) -> Response<Body> {
+    let body = match (found.content, slot) {
         _ if head => full(Bytes::new()),
-        Content::Bytes(b) => full(b),
-        content => stream(app, content, found.digest, found.len, slot),
+        (Content::Bytes(b), _) => full(b),
+        (content, Some(slot)) => stream(app, content, found.digest, found.len, slot),
+        (_, None) => full(Bytes::new()),
     };
     let mut r = Response::new(body);
     let h = r.headers_mut();

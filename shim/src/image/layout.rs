@@ -7,9 +7,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
 
 use bytes::Bytes;
-use protocol::registry::{
-    self as reg, Descriptor, INDEX, Index, LATEST, REF_NAME, Reference, SelfDescribed,
-};
+use protocol::registry::{self as reg, Descriptor, INDEX, Index, LATEST, Reference, SelfDescribed};
 
 use super::{Content, Found, ImageError, bytes_found, open_regular, read_small, sha256, shown};
 use crate::sys::fs as sysfs;
@@ -51,7 +49,7 @@ fn by_tag<'a>(index: &'a Index, tag: &str) -> Option<&'a Descriptor> {
     let named = index.manifests.iter().find(|d| {
         d.annotations
             .as_ref()
-            .and_then(|a| a.get(REF_NAME))
+            .and_then(|a| a.ref_name.as_deref())
             .is_some_and(|n| n == tag)
     });
     named.or(match index.manifests.as_slice() {
