@@ -72,8 +72,17 @@ impl Config {
                 .filter_map(|(k, v)| S::by_var(&k).map(|s| (s.var, v)))
                 .collect(),
         );
+        let listen: SocketAddr = parse(v.get(S::LISTEN), S::LISTEN)?;
+        // Off loopback, anyone on the node's network could use the node's own address (which a
+        // NetworkPolicy admits for the forwarder) to reach pods it would not admit them to.
+        if !listen.ip().is_loopback() {
+            return Err(ConfigError::Invalid {
+                name: S::LISTEN,
+                reason: format!("{listen}: must be a loopback address (127.0.0.1 or ::1)"),
+            });
+        }
         Ok(Config {
-            listen: parse(v.get(S::LISTEN), S::LISTEN)?,
+            listen,
             allow: v.allow()?,
             shim_port: v.ranged(S::SHIM_PORT, 1, 65535)? as u16,
             max_connections: v.ranged(S::MAX_CONNECTIONS, 1, 1 << 20)? as usize,
@@ -212,6 +221,8 @@ mod tests {
             (S::ALLOW, "10.0.0.0/33"),
             (S::ALLOW, "fd00::/8"),
             (S::LISTEN, "nope"),
+            (S::LISTEN, "0.0.0.0:7779"),
+            (S::LISTEN, "10.0.0.1:7779"),
             (S::SHIM_PORT, "0"),
             (S::IDLE_TIMEOUT, "0"),
             (S::CONNECT_TIMEOUT, "4000"),

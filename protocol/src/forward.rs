@@ -39,7 +39,7 @@ macro_rules! settings {
 }
 
 settings! {
-    /// Listen address (`host:port`); loopback, so nothing off the node reaches it.
+    /// Listen address (`host:port`); loopback only, so nothing off the node reaches it.
     LISTEN = "STEPSHIM_FORWARD_LISTEN", "127.0.0.1:7779";
     /// Comma-separated IPv4 CIDRs of the pod network: the only sources a request may name.
     ALLOW = "STEPSHIM_FORWARD_ALLOW", "";
