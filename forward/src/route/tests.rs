@@ -151,3 +151,25 @@ fn credentials_name_the_wire_and_carry_the_token() {
         );
     }
 }
+
+proptest::proptest! {
+    /// Whatever the path, the route never panics, and a pull it lets through names an allowed
+    /// IPv4 source and goes upstream as the path without that source, under /v2/, with nothing
+    /// that could climb out of it or carry a query.
+    #[test]
+    fn any_path_routes_safely(
+        ip in "(10\\.244\\.[0-9]{1,3}\\.[0-9]{1,3}|[0-9.:a-f]{1,15})",
+        rest in "([a-z0-9._-]{1,8}/){1,3}(manifests|blobs)/(latest|v1\\.0|sha256:[0-9a-f]{64}|[a-zA-Z0-9._%:-]{1,10})|[a-zA-Z0-9._/:%?#-]{0,80}",
+        head in proptest::bool::ANY,
+    ) {
+        let method = if head { Method::HEAD } else { Method::GET };
+        let path = format!("/v2/{ip}/{rest}");
+        if let Ok(Route::Pull { ip: got, path: upstream }) = route(&method, &path, &allow()) {
+            proptest::prop_assert!(allow()[0].contains(got));
+            proptest::prop_assert_eq!(got.to_string(), ip.clone());
+            proptest::prop_assert_eq!(upstream, format!("/v2/{rest}"));
+            proptest::prop_assert!(!rest.contains("..") && !rest.contains('%'));
+            proptest::prop_assert!(!rest.contains('?') && !rest.contains('#'));
+        }
+    }
+}
