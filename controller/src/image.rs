@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::podspec::{WORKER_LABEL, label_value};
 
 /// The forwarder's port on every node's loopback, unless set otherwise.
-pub const FORWARDER_PORT: u16 = 7779;
+pub const FORWARDER_PORT: u16 = protocol::forward::PORT;
 /// How long a grant for an image lasts, unless set otherwise: the kubelet pulls within it.
 pub const GRANT_TTL: Duration = Duration::from_secs(3600);
 /// Label (the pod's name as a label value) and annotation (its exact name) of an image-pull Secret:
@@ -31,7 +31,7 @@ pub const SECRET_TYPE: &str = "kubernetes.io/dockerconfigjson";
 /// The key of the credentials in such a Secret.
 pub const SECRET_KEY: &str = ".dockerconfigjson";
 /// The username for a source shim serving plain HTTP.
-pub const PLAIN_USER: &str = "plain";
+pub const PLAIN_USER: &str = protocol::forward::USER_PLAIN;
 
 /// Why an image cannot be named or used.
 #[derive(Debug, thiserror::Error)]
@@ -149,7 +149,10 @@ impl Credentials {
     /// The credentials for a source with TLS pin `pin` (hex; `None`: plain HTTP) and grant token.
     pub fn new(pin: Option<&str>, token: &str) -> Self {
         Credentials {
-            username: pin.map_or_else(|| PLAIN_USER.to_owned(), |p| format!("tls-{p}")),
+            username: pin.map_or_else(
+                || PLAIN_USER.to_owned(),
+                |p| format!("{}{p}", protocol::forward::USER_TLS_PREFIX),
+            ),
             password: token.to_owned(),
         }
     }

@@ -5,7 +5,10 @@
 //! carrying the shim binary. A worker that reaches shims through the apiserver (`--via proxy` or
 //! `auto`) also gets `pods/proxy` with exactly the verbs the shim's methods map to. A NetworkPolicy
 //! closes the worker's step pods to everything but the controller and the worker's own step pods
-//! (pulls go pod to pod), on the shim's port only.
+//! (pulls go pod to pod), on the shim's port only. Once per cluster: the node-local forwarder's
+//! DaemonSet ([`forwarder`]).
+
+pub mod forwarder;
 
 use std::collections::BTreeMap;
 
@@ -215,6 +218,11 @@ pub fn network_policy(
             egress: None,
         }),
     }
+}
+
+/// The forwarder's DaemonSet as a YAML document.
+pub fn forwarder_yaml(f: &forwarder::Forwarder) -> Result<String, serde_norway::Error> {
+    doc("apps/v1", "DaemonSet", &forwarder::daemon_set(f))
 }
 
 /// [`network_policy`] as a YAML document.

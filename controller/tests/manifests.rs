@@ -1,7 +1,8 @@
 //! `stepctl manifests --network-policy`: the NetworkPolicy document is compared byte for byte to
 //! `protocol/testdata/networkpolicy-<case>.yaml`, read back into Kubernetes' own `NetworkPolicy`
-//! type (k8s-openapi) and checked for what it admits; bad flags are refused before anything is
-//! printed. `STEPSHIM_UPDATE_GOLDEN=1` rewrites the files instead of failing.
+//! type (k8s-openapi) and checked for what it admits; `--forwarder`: the DaemonSet read back into
+//! Kubernetes' `DaemonSet`; bad flags are refused before anything is printed.
+//! `STEPSHIM_UPDATE_GOLDEN=1` rewrites the files instead of failing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -23,6 +24,7 @@ fn manifests(args: &[&str]) -> (i32, String, String) {
         .env_remove("STEPCTL_NAMESPACE")
         .env_remove("STEPCTL_WORKER")
         .env_remove("STEPCTL_VIA")
+        .env_remove("STEPCTL_SHIM_IMAGE")
         .arg("manifests")
         .args(args)
         .output()
@@ -205,4 +207,87 @@ fn the_configmap_says_it_is_plain_http_and_refuses_a_binary_too_large_for_one() 
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("over a ConfigMap's 1048576"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_forwarder_daemon_set_is_a_valid_one_and_bad_flags_print_nothing() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let image = "registry.example.com/ci/stepshim@sha256:00";
+    let (code, out, err) = manifests(&[
+        "--forwarder",
+        "--pod-cidr",
+        "10.244.0.0/16",
+        "--forwarder-image",
+        image,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let doc = out
+        .split("---\n")
+        .find(|d| d.contains("kind: DaemonSet"))
+        .unwrap_or_else(|| panic!("no DaemonSet in {out}"));
+    let value: serde_norway::Value = serde_norway::from_str(doc).unwrap();
+    assert_eq!(value["apiVersion"].as_str(), Some("apps/v1"));
+    // Read into Kubernetes' own type and written again (it adds apiVersion and kind itself): the
+    // same document, so no field is misspelt or misplaced.
+    let ds: DaemonSet = serde_norway::from_str(doc).unwrap();
+    let again = serde_norway::to_value(&ds).unwrap();
+    assert_eq!(
+        again, value,
+        "every field of the document is one of DaemonSet's"
+    );
+    let pod = ds.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.host_network, Some(true));
+    let c = &pod.containers[0];
+    assert_eq!(c.image.as_deref(), Some(image));
+    assert_eq!(
+        c.command.as_deref(),
+        Some(&["/stepshim-forward".to_owned()][..])
+    );
+
+    let env_image = std::process::Command::new(env!("CARGO_BIN_EXE_stepctl"))
+        .env("STEPCTL_SHIM_IMAGE", image)
+        .args(["manifests", "--forwarder", "--pod-cidr", "10.244.0.0/16"])
+        .output()
+        .unwrap();
+    assert!(
+        env_image.status.success(),
+        "the image from STEPCTL_SHIM_IMAGE"
+    );
+
+    for (args, want) in [
+        (
+            &["--forwarder", "--forwarder-image", image][..],
+            "--forwarder needs --pod-cidr",
+        ),
+        (
+            &[
+                "--forwarder",
+                "--pod-cidr",
+                "10.244.1.0/16",
+                "--forwarder-image",
+                image,
+            ][..],
+            "--pod-cidr \"10.244.1.0/16\": host bits set (the network is 10.244.0.0/16)",
+        ),
+        (
+            &[
+                "--forwarder",
+                "--pod-cidr",
+                "fd00::/8",
+                "--forwarder-image",
+                image,
+            ][..],
+            "--pod-cidr \"fd00::/8\": not an IPv4 CIDR",
+        ),
+        (
+            &["--forwarder", "--pod-cidr", "10.244.0.0/16"][..],
+            "--forwarder needs the shim image",
+        ),
+    ] {
+        let (code, out, err) = manifests(args);
+        assert_eq!(code, 1, "{args:?}");
+        assert!(out.is_empty(), "{args:?}: printed {out}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with(&format!("stepctl: {want}")), "{err}");
+    }
 }

@@ -13,12 +13,14 @@
 //! - [`routes`]: route paths, query string parsing and the process id syntax.
 //! - [`query`]: query parameter names.
 //! - [`settings`]: `STEPSHIM_*` names, the port and the probe path.
+//! - [`forward`]: the node-local forwarder's port, pull credentials and `STEPSHIM_FORWARD_*` names.
 //! - [`token`]: the token hash a shim is configured with.
 //! - [`signal`]: signal names and numbers accepted by the signal route.
 //! - `object`: request bodies deserialize from JSON objects only, never arrays.
 
 pub mod artifacts;
 pub mod error;
+pub mod forward;
 pub mod frame;
 pub mod http1;
 mod object;

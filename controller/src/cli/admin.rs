@@ -235,6 +235,10 @@ pub fn manifests(target: &TargetArgs, args: ManifestArgs) -> Result<i32> {
     let proxy = target.via != super::args::ViaArg::Direct;
     // Everything is checked before anything is printed, so a refusal leaves no half manifest.
     let policy = args.network_policy.then(|| shim_peers(&args)).transpose()?;
+    let forwarder = args
+        .forwarder
+        .then(|| forwarder(&args, target))
+        .transpose()?;
     let configmap = match args.shim_configmap {
         Some(bin) => {
             let bytes =
@@ -273,7 +277,35 @@ pub fn manifests(target: &TargetArgs, args: ManifestArgs) -> Result<i32> {
             manifests::network_policy_yaml(&args.name, &target.namespace, &target.worker, &peers)?
         );
     }
+    if let Some(f) = forwarder {
+        print!("---\n{}", manifests::forwarder_yaml(&f)?);
+    }
     Ok(0)
+}
+
+/// The forwarder's DaemonSet from `--pod-cidr`, `--forwarder-image` and `--forwarder-name`,
+/// checked as the forwarder checks them (a DaemonSet it would refuse to start is never printed).
+fn forwarder(args: &ManifestArgs, target: &TargetArgs) -> Result<manifests::forwarder::Forwarder> {
+    if args.pod_cidrs.is_empty() {
+        bail!("--forwarder needs --pod-cidr CIDR (the pod network, e.g. 10.244.0.0/16)");
+    }
+    for cidr in &args.pod_cidrs {
+        if let Err(e) = cidr.parse::<protocol::forward::Cidr>() {
+            bail!("--pod-cidr {cidr:?}: {e}");
+        }
+    }
+    let Some(image) = &args.forwarder_image else {
+        bail!(
+            "--forwarder needs the shim image: pass --forwarder-image REF or set STEPCTL_SHIM_IMAGE \
+             (images/build-shim-image --push REPO prints one)"
+        );
+    };
+    Ok(manifests::forwarder::Forwarder {
+        name: args.forwarder_name.clone(),
+        namespace: target.namespace.clone(),
+        image: image.clone(),
+        pod_cidrs: args.pod_cidrs.clone(),
+    })
 }
 
 /// The NetworkPolicy's peers from `--controller-label`, `--controller-namespace` and

@@ -306,4 +306,21 @@ pub struct ManifestArgs {
     /// nodes' IPs). Repeatable.
     #[arg(long = "controller-cidr", value_name = "CIDR")]
     pub controller_cidrs: Vec<String>,
+    /// Also print the DaemonSet of the node-local forwarder (/stepshim-forward of the shim image,
+    /// one pod per node on the host network, listening on 127.0.0.1:7779 only): what a node's
+    /// containerd pulls the images of earlier steps through. Runs as non-root with no capability,
+    /// no service account token and no RBAC. Needs --pod-cidr and the shim image.
+    #[arg(long)]
+    pub forwarder: bool,
+    /// With --forwarder: an IPv4 CIDR of the pod network, e.g. 10.244.0.0/16; the forwarder
+    /// reaches only source pods inside these. Repeatable.
+    #[arg(long = "pod-cidr", value_name = "CIDR")]
+    pub pod_cidrs: Vec<String>,
+    /// With --forwarder: the shim image carrying /stepshim-forward (images/build-shim-image
+    /// --push REPO prints one).
+    #[arg(long, env = "STEPCTL_SHIM_IMAGE", value_name = "REF")]
+    pub forwarder_image: Option<String>,
+    /// With --forwarder: the DaemonSet's name.
+    #[arg(long, default_value = "stepshim-forward")]
+    pub forwarder_name: String,
 }

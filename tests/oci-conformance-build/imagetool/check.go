@@ -6,6 +6,7 @@ package main
 
 import (
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -154,7 +155,9 @@ func (c *checker) run(auth, rootfs bool, want string, tags []string, deniedToken
 }
 
 // refusals checks the answers to requests without a grant token: 401 with a Basic challenge, and
-// 403 DENIED for deniedToken (the pod's own token) when given.
+// 403 DENIED for deniedToken (the pod's own token) when given: as a Bearer, or as the password of
+// Basic credentials for the user IMAGETOOL_DENIED_USER when set (the node-local forwarder takes
+// only Basic and passes the password on as a Bearer).
 func (c *checker) refusals(v2, deniedToken string) {
 	a := c.refused(http.MethodGet, "/v2/", "", http.StatusUnauthorized, "UNAUTHORIZED")
 	if !strings.HasPrefix(a.header.Get("WWW-Authenticate"), "Basic ") {
@@ -163,7 +166,11 @@ func (c *checker) refusals(v2, deniedToken string) {
 	c.refused(http.MethodGet, v2+"/manifests/latest", "", http.StatusUnauthorized, "UNAUTHORIZED")
 	c.refused(http.MethodGet, v2+"/manifests/latest", "Bearer "+random(), http.StatusUnauthorized, "UNAUTHORIZED")
 	if deniedToken != "" {
-		c.refused(http.MethodGet, v2+"/manifests/latest", "Bearer "+deniedToken, http.StatusForbidden, "DENIED")
+		auth := "Bearer " + deniedToken
+		if user := os.Getenv("IMAGETOOL_DENIED_USER"); user != "" {
+			auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+deniedToken))
+		}
+		c.refused(http.MethodGet, v2+"/manifests/latest", auth, http.StatusForbidden, "DENIED")
 	}
 }
 
