@@ -400,6 +400,34 @@ pub fn base64_decode(s: &[u8]) -> Option<Vec<u8>> {
     (bits < 6).then_some(out)
 }
 
+/// Standard base64 with padding.
+pub fn base64_encode(b: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(b.len().div_ceil(3) * 4);
+    for chunk in b.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &c)| n | (u32::from(c) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// An `Authorization: Basic` value for `user` and `password`.
+pub fn basic_credentials(user: &str, password: &str) -> String {
+    format!(
+        "Basic {}",
+        base64_encode(format!("{user}:{password}").as_bytes())
+    )
+}
+
 /// The password of an `Authorization: Basic` value (the user is ignored), if it is one.
 pub fn basic_password(value: &[u8]) -> Option<Vec<u8>> {
     let rest = value

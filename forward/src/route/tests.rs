@@ -85,30 +85,10 @@ fn what_is_not_a_pull_is_refused_before_anything_is_reached() {
     }
 }
 
-/// Standard base64 with padding, as a client writes Basic credentials.
-fn encode(b: &[u8]) -> String {
-    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in b.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &c)| n | (u32::from(c) << (16 - 8 * i)));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 fn basic(user: &str, pass: &str) -> HeaderMap {
     let mut h = HeaderMap::new();
-    let v = encode(format!("{user}:{pass}").as_bytes());
-    let v = HeaderValue::from_str(&format!("Basic {v}")).unwrap();
+    let v = protocol::registry::basic_credentials(user, pass);
+    let v = HeaderValue::from_str(&v).unwrap();
     h.insert(header::AUTHORIZATION, v);
     h
 }

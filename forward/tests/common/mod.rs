@@ -150,23 +150,7 @@ pub async fn granted(shim: &Shim, path: &Path) -> String {
 
 /// `Authorization: Basic base64(user:password)`.
 pub fn basic(user: &str, password: &str) -> String {
-    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let plain = format!("{user}:{password}");
-    let mut out = String::new();
-    for chunk in plain.as_bytes().chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &c)| n | (u32::from(c) << (16 - 8 * i)));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    format!("Basic {out}")
+    protocol::registry::basic_credentials(user, password)
 }
 
 /// The value of header `name` in a response head, if present.

@@ -6,13 +6,14 @@
 
 use libfuzzer_sys::fuzz_target;
 use protocol::registry::{
-    Index, Metadata, Reference, Request, SelfDescribed, base64_decode, basic_password,
+    Index, Metadata, Reference, Request, SelfDescribed, base64_decode, base64_encode, basic_password,
     digest_string, parse, valid_name,
 };
 
 fuzz_target!(|data: &[u8]| {
     let _ = basic_password(data);
     let _ = base64_decode(data);
+    assert_eq!(base64_decode(base64_encode(data).as_bytes()).as_deref(), Some(data));
     let _ = serde_json::from_slice::<Index>(data);
     let _ = serde_json::from_slice::<Metadata>(data);
     if let Ok(m) = serde_json::from_slice::<SelfDescribed>(data) {

@@ -98,6 +98,17 @@ fn basic_credentials_give_their_password() {
     assert_eq!(base64_decode(b"YWJj"), Some(b"abc".to_vec()));
     assert_eq!(base64_decode(b"YWI"), Some(b"ab".to_vec()));
     assert_eq!(base64_decode(b"Y"), None);
+    for s in ["", "a", "ab", "abc", "user:pa:ss", "\u{e9}t\u{e9}"] {
+        assert_eq!(
+            base64_decode(base64_encode(s.as_bytes()).as_bytes()),
+            Some(s.as_bytes().to_vec())
+        );
+    }
+    assert_eq!(base64_encode(b"x:"), "eDo=");
+    assert_eq!(
+        basic_password(basic_credentials("u", "p:w").as_bytes()),
+        Some(b"p:w".to_vec())
+    );
 }
 
 #[test]
