@@ -208,7 +208,7 @@ async fn malformed_requests_get_clear_4xx_and_the_shim_keeps_serving() {
             404,
             "process_not_found",
         ),
-        ("GET", "/v2/anything".into(), vec![], 404, "no_route"),
+        ("GET", "/v3/anything".into(), vec![], 404, "no_route"),
         ("GET", "/v1/files".into(), vec![], 400, "bad_request"),
         (
             "GET",
