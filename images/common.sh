@@ -24,6 +24,13 @@ fi
 image_out=${STEPSHIM_IMAGE_OUT:-$cache_dir/images}
 # The socket of the containerd that tests/cluster/up runs.
 containerd_sock=${STEPSHIM_CONTAINERD_SOCK:-/run/stepshim-cluster/containerd/containerd.sock}
+# Its ctr, built with it by tests/cluster/build-containerd into the cache; else ctr from PATH.
+containerd_version=$(awk '{ for (i = 1; i < NF; i++) if ($i == "github.com/containerd/containerd/v2") { print $(i + 1); exit } }' \
+    "$repo_root/tests/cluster/containerd-build/go.mod" 2>/dev/null || true)
+ctr=${STEPSHIM_CACHE:-/var/cache/stepshim}/containerd-$containerd_version/bin/ctr
+[[ -x $ctr ]] || ctr=ctr
+# Not the warning, on every call, that containerd 2.2+ deprecates cgroup v1 (these machines mount v1).
+export CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS=1
 crane_version=v0.22.1
 crane=$cache_dir/crane-$crane_version/crane
 
@@ -103,9 +110,9 @@ save() {
 import_image() {
     local tar=$1 name=$2
     [[ -S $containerd_sock ]] || die "containerd socket $containerd_sock not found (is tests/cluster/up running?)"
-    ctr -a "$containerd_sock" -n k8s.io images import "$tar" >/dev/null \
+    "$ctr" -a "$containerd_sock" -n k8s.io images import "$tar" >/dev/null \
         || die "ctr images import $tar failed"
-    ctr -a "$containerd_sock" -n k8s.io images ls -q | grep -qxF "$name" \
+    "$ctr" -a "$containerd_sock" -n k8s.io images ls -q | grep -qxF "$name" \
         || die "image $name missing from containerd after import of $tar"
     echo "$(basename "$0"): imported $name" >&2
 }
