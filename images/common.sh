@@ -65,6 +65,7 @@ need_crane() {
 build_registry=
 start_build_registry() {
     need_crane
+    : > "$work/registry.log"   # before the background job opens it, so the loop below can read it
     "$crane" registry serve --address 127.0.0.1:0 > /dev/null 2> "$work/registry.log" &
     build_registry_pid=$!
     local port deadline=$((SECONDS + 20))
@@ -106,12 +107,17 @@ save() {
 }
 
 # import TAR NAME: loads the archive into containerd (k8s.io namespace, the one the CRI plugin and
-# so the kubelet sees) and checks the tag exists.
+# so the kubelet sees), pins it and checks the tag exists. Pinned (the CRI's label, containerd 1.7
+# and later): the kubelet never removes it, not even when the disk fills and its eviction manager
+# deletes unused images to reclaim space, which took the step image away in the middle of a CI run
+# on a shared disk. An imported name cannot be pulled again.
 import_image() {
     local tar=$1 name=$2
     [[ -S $containerd_sock ]] || die "containerd socket $containerd_sock not found (is tests/cluster/up running?)"
     "$ctr" -a "$containerd_sock" -n k8s.io images import "$tar" >/dev/null \
         || die "ctr images import $tar failed"
+    "$ctr" -a "$containerd_sock" -n k8s.io images label "$name" io.cri-containerd.pinned=pinned >/dev/null \
+        || die "ctr images label $name (pinning it) failed"
     "$ctr" -a "$containerd_sock" -n k8s.io images ls -q | grep -qxF "$name" \
         || die "image $name missing from containerd after import of $tar"
     echo "$(basename "$0"): imported $name" >&2
