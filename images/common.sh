@@ -24,6 +24,13 @@ fi
 image_out=${STEPSHIM_IMAGE_OUT:-$cache_dir/images}
 # The socket of the containerd that tests/cluster/up runs.
 containerd_sock=${STEPSHIM_CONTAINERD_SOCK:-/run/stepshim-cluster/containerd/containerd.sock}
+# Its ctr, built with it by tests/cluster/build-containerd into the cache; else ctr from PATH.
+containerd_version=$(awk '{ for (i = 1; i < NF; i++) if ($i == "github.com/containerd/containerd/v2") { print $(i + 1); exit } }' \
+    "$repo_root/tests/cluster/containerd-build/go.mod" 2>/dev/null || true)
+ctr=${STEPSHIM_CACHE:-/var/cache/stepshim}/containerd-$containerd_version/bin/ctr
+[[ -x $ctr ]] || ctr=ctr
+# Not the warning, on every call, that containerd 2.2+ deprecates cgroup v1 (these machines mount v1).
+export CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS=1
 crane_version=v0.22.1
 crane=$cache_dir/crane-$crane_version/crane
 
@@ -58,6 +65,7 @@ need_crane() {
 build_registry=
 start_build_registry() {
     need_crane
+    : > "$work/registry.log"   # before the background job opens it, so the loop below can read it
     "$crane" registry serve --address 127.0.0.1:0 > /dev/null 2> "$work/registry.log" &
     build_registry_pid=$!
     local port deadline=$((SECONDS + 20))
@@ -99,13 +107,18 @@ save() {
 }
 
 # import TAR NAME: loads the archive into containerd (k8s.io namespace, the one the CRI plugin and
-# so the kubelet sees) and checks the tag exists.
+# so the kubelet sees), pins it and checks the tag exists. Pinned (the CRI's label, containerd 1.7
+# and later): the kubelet never removes it, not even when the disk fills and its eviction manager
+# deletes unused images to reclaim space, which took the step image away in the middle of a CI run
+# on a shared disk. An imported name cannot be pulled again.
 import_image() {
     local tar=$1 name=$2
     [[ -S $containerd_sock ]] || die "containerd socket $containerd_sock not found (is tests/cluster/up running?)"
-    ctr -a "$containerd_sock" -n k8s.io images import "$tar" >/dev/null \
+    "$ctr" -a "$containerd_sock" -n k8s.io images import "$tar" >/dev/null \
         || die "ctr images import $tar failed"
-    ctr -a "$containerd_sock" -n k8s.io images ls -q | grep -qxF "$name" \
+    "$ctr" -a "$containerd_sock" -n k8s.io images label "$name" io.cri-containerd.pinned=pinned >/dev/null \
+        || die "ctr images label $name (pinning it) failed"
+    "$ctr" -a "$containerd_sock" -n k8s.io images ls -q | grep -qxF "$name" \
         || die "image $name missing from containerd after import of $tar"
     echo "$(basename "$0"): imported $name" >&2
 }

@@ -5,9 +5,9 @@
 
 # The OCI registry `up` runs on the node's loopback (CNCF distribution, tests/cluster/build-registry):
 # where images/build-shim-image --push sends the shim image and the kubelet pulls it from. containerd
-# 1.6's CRI pulls over plain HTTP from a loopback host with no registry configuration at all (its
-# defaultScheme: "http" for localhost, 127.0.0.1 and ::1, "https" for every other host), so the
-# containerd config below does not mention it. Not 5000, which other local registries tend to take.
+# 2's CRI pulls over plain HTTP from a loopback host with a port and no hosts.toml (it tries HTTPS,
+# skipping verification, and falls back to HTTP when the answer is not TLS), so the containerd
+# config below does not mention it. Not 5000, which other local registries tend to take.
 REGISTRY_PORT=${STEPSHIM_REGISTRY_PORT:-5873}
 REGISTRY_ADDR=127.0.0.1:$REGISTRY_PORT
 
@@ -34,40 +34,69 @@ EOF
 }
 
 write_containerd_config() {
-    mkdir -p "$STATE/containerd" "$RUNDIR/containerd"
+    mkdir -p "$STATE/containerd/certs.d" "$RUNDIR/containerd"
     cat > "$STATE/containerd/config.toml" <<EOF
-# containerd for the stepshim test cluster (written by tests/cluster/up).
-version = 2
-# Own root, state and socket, so this never mixes with another containerd on the machine.
+# containerd 2 for the stepshim test cluster (written by tests/cluster/up; built by
+# tests/cluster/build-containerd). Config version 4, containerd 2.4's own: the CRI lives in the
+# io.containerd.cri.v1.images and io.containerd.cri.v1.runtime plugins (the io.containerd.grpc.v1.cri
+# plugin keeps only the streaming server, whose defaults serve: 127.0.0.1, a free port), and the
+# sockets are the io.containerd.server.v1.* plugins. An older version would be migrated at every start.
+version = 4
+# Own root, state, sockets and shim socket directory, so this never mixes with another containerd
+# on the machine; no drop-in files from /etc/containerd/conf.d either.
 root = "$STATE/containerd/root"
 state = "$RUNDIR/containerd/state"
+imports = []
 
-[grpc]
+[plugins."io.containerd.server.v1.grpc"]
   address = "$CONTAINERD_SOCK"
-
+[plugins."io.containerd.server.v1.ttrpc"]
+  # Version 4 no longer derives it from the gRPC address; the default is /run/containerd's.
+  address = "$CONTAINERD_SOCK.ttrpc"
+[plugins."io.containerd.shim.v1.manager"]
+  # The shims' sockets (default /run/containerd/s); at most 42 characters.
+  socket_dir = "$RUNDIR/containerd/s"
 [plugins."io.containerd.internal.v1.opt"]
   path = "$STATE/containerd/opt"
+[plugins."io.containerd.image-verifier.v1.bindir"]
+  bin_dir = "$STATE/containerd/image-verifier"
+[plugins."io.containerd.nri.v1.nri"]
+  # Nothing here uses NRI, and its default socket (/var/run/nri/nri.sock) is per machine.
+  disable = true
 
-[plugins."io.containerd.grpc.v1.cri"]
-  # Built by images/build-images and imported; there is no registry to pull k8s' pause from.
-  sandbox_image = "stepshim.local/pause:1"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    # Built by images/build-images and imported; there is no registry to pull k8s' pause from.
+    sandbox = "stepshim.local/pause:1"
+  [plugins."io.containerd.cri.v1.images".registry]
+    # Per-registry hosts.toml files (certs.d layout: <host[:port]>/hosts.toml), none by default:
+    # loopback registries such as $REGISTRY_ADDR need none (plain HTTP is tried after HTTPS fails).
+    config_path = "$STATE/containerd/certs.d"
+
+[plugins."io.containerd.transfer.v1.local"]
+  # The same hosts.toml directory for pulls through the transfer service (ctr).
+  config_path = "$STATE/containerd/certs.d"
+
+[plugins."io.containerd.cri.v1.runtime"]
   # These machines withhold CAP_SYS_RESOURCE, so no process may lower its oom_score_adj below 0;
   # the CRI's -998 for sandboxes (and the kubelet's -997 for Guaranteed pods) would make runc
   # fail with "can't get final child's PID from pipe". This clamps them to containerd's own (0).
   restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        # Debian's runc (the shim itself sits beside the containerd binary).
+        BinaryName = "/usr/sbin/runc"
         # No systemd runs on these machines: cgroupfs, matching the kubelet's cgroupDriver.
         SystemdCgroup = false
         # runc's state beside containerd's, so tests/cluster/down finds and removes it.
         Root = "$RUNDIR/runc"
-  [plugins."io.containerd.grpc.v1.cri".cni]
+  [plugins."io.containerd.cri.v1.runtime".cni]
     # Debian's containernetworking-plugins install here, not /opt/cni/bin.
-    bin_dir = "/usr/lib/cni"
+    bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$STATE/cni/net.d"
     max_conf_num = 1
 EOF

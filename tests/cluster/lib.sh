@@ -54,6 +54,20 @@ k8s_bin() {
 
 kubectl() { "$(k8s_bin)/kubectl" "$@"; }
 
+# The cached containerd binaries (containerd, containerd-shim-runc-v2, ctr) of the pinned release
+# (built by build-containerd).
+containerd_bin() {
+    local v
+    v=$(awk '{ for (i = 1; i < NF; i++) if ($i == "github.com/containerd/containerd/v2") { print $(i + 1); exit } }' \
+        "$cluster_dir/containerd-build/go.mod")
+    echo "${STEPSHIM_CACHE:-/var/cache/stepshim}/containerd-$v/bin"
+}
+
+ctr() { "$(containerd_bin)/ctr" "$@"; }
+# ctr would otherwise warn on every call that containerd 2.2+ deprecates cgroup v1 (these machines
+# mount v1; containerd itself logs it once at start).
+export CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS=1
+
 # wait_for SECONDS WHAT CMD...: polls CMD every half second until it succeeds; dies naming WHAT
 # (and the log to read, if LOG_HINT is set) when SECONDS pass first.
 wait_for() {
