@@ -1,8 +1,9 @@
 //! Images from step pods, the pure part: a step's directory `POD:/PATH` becomes the image of a later
-//! step's pod, pulled by the kubelet through the node-local forwarder on `127.0.0.1` from the
-//! source pod's shim. Here: the `POD:/PATH` argument, the image's name (`basename(PATH)`, an OCI
-//! name component), the reference the pod names (`127.0.0.1:<port>/<source IP>/<name>@<digest>`),
-//! the forwarder's credentials, the `kubernetes.io/dockerconfigjson` Secret holding them (labelled
+//! step's pod, or an image volume of it, pulled by the kubelet through the node-local forwarder on
+//! `127.0.0.1` from the source pod's shim. Here: the `POD:/PATH` and `POD:/PATH=/MOUNT` arguments,
+//! the image's name (`basename(PATH)`, an OCI name component), the reference the pod names
+//! (`127.0.0.1:<port>/<source IP>/<name>@<digest>`), the forwarder's credentials, the
+//! `kubernetes.io/dockerconfigjson` Secret holding them (one entry per image repository, labelled
 //! for `stepctl gc`), the owner reference that lets Kubernetes delete it with the pod, and the rule
 //! by which gc picks the Secrets whose pod is gone. The I/O is in [`crate::image_source`].
 
@@ -63,6 +64,15 @@ pub enum ImageError {
     /// The digest is not `sha256:<64 hex>`.
     #[error("{0:?} is not a sha256 digest")]
     Digest(String),
+    /// The argument is not `POD:/PATH=/MOUNT`.
+    #[error("--image-volume {0:?}: want POD:/PATH=/MOUNT (absolute paths, MOUNT not /)")]
+    Volume(String),
+    /// Two images of one pod's Secret would share a repository but not their credentials.
+    #[error(
+        "two images named {0} (the same pod and directory name, other directories): \
+         rename one directory"
+    )]
+    Clash(String),
 }
 
 /// `POD:/PATH`: a directory of a step pod that holds an image.
@@ -94,6 +104,12 @@ impl std::str::FromStr for ImageFrom {
     }
 }
 
+impl std::fmt::Display for ImageFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.pod, self.path)
+    }
+}
+
 impl ImageFrom {
     /// The image's name: the directory's last component, which must be an OCI name component.
     pub fn name(&self) -> Result<&str, ImageError> {
@@ -106,6 +122,33 @@ impl ImageFrom {
                 name: name.to_owned(),
             })
         }
+    }
+}
+
+/// `POD:/PATH=/MOUNT`: the image in a directory of a step pod, mounted read-only at MOUNT in a
+/// step's main container (a Kubernetes image volume).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageVolume {
+    /// Where the image is.
+    pub from: ImageFrom,
+    /// Where the main container sees its files.
+    pub mount_path: String,
+}
+
+impl std::str::FromStr for ImageVolume {
+    type Err = ImageError;
+
+    fn from_str(s: &str) -> Result<Self, ImageError> {
+        let bad = || ImageError::Volume(s.to_owned());
+        let (from, mount) = s.rsplit_once('=').ok_or_else(bad)?;
+        let mount = mount.trim_end_matches('/');
+        if !mount.starts_with('/') {
+            return Err(bad());
+        }
+        Ok(ImageVolume {
+            from: from.parse().map_err(|_| bad())?,
+            mount_path: mount.to_owned(),
+        })
     }
 }
 
@@ -126,6 +169,15 @@ pub fn reference(
         return Err(ImageError::Digest(digest.to_owned()));
     }
     Ok(format!("127.0.0.1:{port}/{ip4}/{name}@{digest}"))
+}
+
+/// The repository of `reference`, what precedes its `@<digest>`: `127.0.0.1:<port>/<ip>/<name>`.
+/// The kubelet picks a pull Secret's entry for an image by the longest key that is a prefix of
+/// its repository, so an entry under this key serves this image alone.
+pub fn repository(reference: &str) -> &str {
+    reference
+        .split_once('@')
+        .map_or(reference, |(repo, _)| repo)
 }
 
 /// What the kubelet presents to the forwarder.
@@ -163,29 +215,34 @@ struct DockerConfig<'a> {
     auths: BTreeMap<String, Auth<'a>>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, PartialEq)]
 struct Auth<'a> {
     username: &'a str,
     password: &'a str,
     auth: String,
 }
 
-/// The `.dockerconfigjson` the kubelet reads: `{"auths":{"127.0.0.1:<port>":{"username":..,
-/// "password":..,"auth":base64(user:pass)}}}`.
-pub fn docker_config_json(port: u16, creds: &Credentials) -> Vec<u8> {
-    let auth = base64::engine::general_purpose::STANDARD
-        .encode(format!("{}:{}", creds.username, creds.password));
-    let config = DockerConfig {
-        auths: BTreeMap::from([(
-            format!("127.0.0.1:{port}"),
-            Auth {
-                username: &creds.username,
-                password: &creds.password,
-                auth,
-            },
-        )]),
-    };
-    serde_json::to_vec(&config).unwrap_or_default()
+/// The `.dockerconfigjson` the kubelet reads, one entry per image `(reference, credentials)`,
+/// keyed by its repository: `{"auths":{"127.0.0.1:<port>/<ip>/<name>":{"username":..,
+/// "password":..,"auth":base64(user:pass)}}}`. The kubelet tries every entry whose key is a prefix
+/// of an image's repository, longest first; keyed by repository, each image gets its own
+/// credentials at the first try. Two images of one repository must share their credentials.
+pub fn docker_config_json(images: &[(&str, &Credentials)]) -> Result<Vec<u8>, ImageError> {
+    let mut auths = BTreeMap::new();
+    for (reference, creds) in images {
+        let repo = repository(reference);
+        let auth = Auth {
+            username: &creds.username,
+            password: &creds.password,
+            auth: base64::engine::general_purpose::STANDARD
+                .encode(format!("{}:{}", creds.username, creds.password)),
+        };
+        match auths.get(repo) {
+            Some(other) if *other != auth => return Err(ImageError::Clash(repo.to_owned())),
+            _ => auths.insert(repo.to_owned(), auth),
+        };
+    }
+    Ok(serde_json::to_vec(&DockerConfig { auths }).unwrap_or_default())
 }
 
 /// The name of pod `pod`'s image-pull Secret.
@@ -193,9 +250,15 @@ pub fn secret_name(pod: &str) -> String {
     format!("{pod}-image")
 }
 
-/// The image-pull Secret of pod `pod` of `worker`: the forwarder's credentials, labelled for gc.
-pub fn pull_secret(worker: &str, pod: &str, port: u16, creds: &Credentials) -> Secret {
-    Secret {
+/// The image-pull Secret of pod `pod` of `worker`: the forwarder's credentials for each image
+/// `(reference, credentials)` the pod names, labelled for gc.
+pub fn pull_secret(
+    worker: &str,
+    pod: &str,
+    images: &[(&str, &Credentials)],
+) -> Result<Secret, ImageError> {
+    let config = docker_config_json(images)?;
+    Ok(Secret {
         metadata: ObjectMeta {
             name: Some(secret_name(pod)),
             labels: Some(BTreeMap::from([
@@ -208,10 +271,10 @@ pub fn pull_secret(worker: &str, pod: &str, port: u16, creds: &Credentials) -> S
         type_: Some(SECRET_TYPE.to_owned()),
         data: Some(BTreeMap::from([(
             SECRET_KEY.to_owned(),
-            ByteString(docker_config_json(port, creds)),
+            ByteString(config),
         )])),
         ..Default::default()
-    }
+    })
 }
 
 /// The merge patch making pod `pod` (of `uid`) the Secret's owner: Kubernetes' garbage collector

@@ -1,7 +1,8 @@
 //! Images from step pods, the I/O: a read grant on the source pod's shim for the image's
 //! directory (a fresh random token, a ttl, no use limit), the image resolved to its digest with
 //! that grant (`HEAD /v2/<name>/manifests/latest`), then the consuming pod created with the
-//! reference and an image-pull Secret holding the forwarder's credentials, which the pod then owns
+//! reference as its image or as image volumes and one image-pull Secret holding the forwarder's
+//! credentials for all of them, which the pod then owns
 //! (Kubernetes deletes it with the pod; [`collect_secrets`] deletes those a controller that died in
 //! between left). The pod's own token never leaves the controller: the Secret holds the grant's.
 //! The pure part (names, references, the Secret) is [`crate::image`].
@@ -16,8 +17,8 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use protocol::artifacts::GrantRequest;
 
-use crate::image::{self, Credentials, IMAGE_FOR, ImageError, ImageFrom};
-use crate::podspec::{self, StepSpec, WORKER_LABEL};
+use crate::image::{self, Credentials, IMAGE_FOR, ImageError, ImageFrom, ImageVolume};
+use crate::podspec::{self, ImageMount, StepSpec, WORKER_LABEL};
 use crate::runtime::{Runtime, RuntimeError};
 
 /// Why an image from a step pod cannot be used.
@@ -198,17 +199,106 @@ pub async fn prepare(
     })
 }
 
-/// Creates the pod of `spec` with `source` as its main container's image: first its image-pull
-/// Secret (replacing one left by an earlier attempt), then the pod naming it, then the pod as the
-/// Secret's owner. A pod that cannot be created takes its Secret with it; an owner that cannot be
-/// set leaves the Secret to `stepctl gc`.
+/// The images of one step pod from step pods: its own image and its image volumes (with their
+/// mount paths), each granted and resolved once per source directory.
+#[derive(Debug, Clone, Default)]
+pub struct StepImages {
+    /// The main container's image (`--image-from`).
+    pub image: Option<SourceImage>,
+    /// The images mounted read-only, and where (`--image-volume`).
+    pub volumes: Vec<(SourceImage, String)>,
+}
+
+impl StepImages {
+    /// Whether the pod names no image of a step pod.
+    pub fn is_empty(&self) -> bool {
+        self.image.is_none() && self.volumes.is_empty()
+    }
+
+    fn all(&self) -> impl Iterator<Item = &SourceImage> {
+        self.image.iter().chain(self.volumes.iter().map(|(s, _)| s))
+    }
+
+    /// The pod's pull Secret's entries: each image's reference and credentials.
+    fn entries(&self) -> Vec<(&str, &Credentials)> {
+        self.all()
+            .map(|s| (s.reference.as_str(), &s.credentials))
+            .collect()
+    }
+
+    /// The image in `from`: one already granted, else granted and resolved now.
+    async fn granted(
+        &self,
+        rt: &Runtime,
+        from: &ImageFrom,
+        port: u16,
+        ttl: Duration,
+    ) -> Result<SourceImage, SourceError> {
+        match self.all().find(|s| s.from == *from) {
+            Some(s) => Ok(s.clone()),
+            None => prepare(rt, from, port, ttl).await,
+        }
+    }
+
+    /// Revokes every grant once (a source shim that no longer answers lets it expire by its ttl).
+    pub async fn revoke(&self) {
+        let mut done = HashSet::new();
+        for s in self.all() {
+            if done.insert((s.from.pod.as_str(), s.grant_id.as_str()))
+                && let Err(e) = s.revoke().await
+            {
+                tracing::debug!("revoking the image grant on {}: {e}", s.from.pod);
+            }
+        }
+    }
+}
+
+/// Grants and resolves `image` and each of `volumes` (see [`prepare`]); a directory named twice is
+/// granted once. Anything that fails revokes the grants already made.
+pub async fn prepare_all(
+    rt: &Runtime,
+    image: Option<&ImageFrom>,
+    volumes: &[ImageVolume],
+    port: u16,
+    ttl: Duration,
+) -> Result<StepImages, SourceError> {
+    let mut images = StepImages::default();
+    let result = async {
+        if let Some(from) = image {
+            images.image = Some(images.granted(rt, from, port, ttl).await?);
+        }
+        for v in volumes {
+            let source = images.granted(rt, &v.from, port, ttl).await?;
+            images.volumes.push((source, v.mount_path.clone()));
+        }
+        // Two directories of one pod with one name cannot share the Secret: refuse now.
+        image::docker_config_json(&images.entries())?;
+        Ok::<_, SourceError>(())
+    }
+    .await;
+    match result {
+        Ok(()) => Ok(images),
+        Err(e) => {
+            images.revoke().await;
+            Err(e)
+        }
+    }
+}
+
+/// Creates the pod of `spec` with `images`: its image-pull Secret first (replacing one left by an
+/// earlier attempt), then the pod naming the images and the Secret, then the pod as the Secret's
+/// owner. A pod that cannot be created takes its Secret with it; an owner that cannot be set
+/// leaves the Secret to `stepctl gc`. Without images it is the plain pod.
 pub async fn create_pod(
     rt: &Runtime,
     spec: &StepSpec,
-    source: &SourceImage,
+    images: &StepImages,
 ) -> Result<Pod, SourceError> {
+    if images.is_empty() {
+        return Ok(rt.create_pod(spec).await?);
+    }
     let secrets: Api<Secret> = Api::namespaced(rt.client.clone(), &rt.namespace);
-    let secret = image::pull_secret(&rt.worker, &spec.name, source.port, &source.credentials);
+    let secret = image::pull_secret(&rt.worker, &spec.name, &images.entries())?;
     let name = image::secret_name(&spec.name);
     let failed = |source| SourceError::Secret {
         name: name.clone(),
@@ -227,8 +317,18 @@ pub async fn create_pod(
         }
     }
     let mut spec = spec.clone();
-    spec.image = source.reference.clone();
-    spec.image_pull_secrets = vec![name.clone()];
+    if let Some(s) = &images.image {
+        spec.image = s.reference.clone();
+    }
+    spec.image_volumes = images
+        .volumes
+        .iter()
+        .map(|(s, mount)| ImageMount {
+            reference: s.reference.clone(),
+            mount_path: mount.clone(),
+        })
+        .collect();
+    spec.image_pull_secrets.push(name.clone());
     let pod = match rt.create_pod(&spec).await {
         Ok(p) => p,
         Err(e) => {

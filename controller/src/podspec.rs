@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction,
-    KeyToPath, LocalObjectReference, Pod, PodSecurityContext, PodSpec, Probe, ResourceRequirements,
-    SecurityContext, Toleration, Volume, VolumeMount,
+    ImageVolumeSource, KeyToPath, LocalObjectReference, Pod, PodSecurityContext, PodSpec, Probe,
+    ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -81,8 +81,11 @@ pub struct StepSpec {
     pub automount_service_account_token: bool,
     /// Image pull policy of the step image (`IfNotPresent` when unset).
     pub image_pull_policy: Option<String>,
-    /// Secrets of registry credentials for the step image (`imagePullSecrets`).
+    /// Secrets of registry credentials for the step image and the image volumes
+    /// (`imagePullSecrets`).
     pub image_pull_secrets: Vec<String>,
+    /// Images mounted read-only into the main container, as volumes `image-0`, `image-1`, ...
+    pub image_volumes: Vec<ImageMount>,
     /// Shim delivery.
     pub delivery: Delivery,
     /// Whether the shim serves TLS (PROTOCOL.md 1.1): on by default with an init container
@@ -112,10 +115,25 @@ impl StepSpec {
             automount_service_account_token: false,
             image_pull_policy: None,
             image_pull_secrets: Vec::new(),
+            image_volumes: Vec::new(),
             tls: matches!(delivery, Delivery::InitContainer { .. }),
             delivery,
         }
     }
+}
+
+/// An image mounted as a volume of a step pod (`volumes[].image`, Kubernetes 1.35).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageMount {
+    /// The image's reference, pulled `IfNotPresent` with the pod's `imagePullSecrets`.
+    pub reference: String,
+    /// Where the main container sees its files, read-only.
+    pub mount_path: String,
+}
+
+/// The name of the volume of `spec.image_volumes[i]`.
+pub fn image_volume_name(i: usize) -> String {
+    format!("image-{i}")
 }
 
 /// A label value from free text: at most 63 characters of `[A-Za-z0-9._-]`, alphanumeric at the ends.
@@ -162,7 +180,18 @@ pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str, tls_seed: Op
             enable_service_links: Some(false),
             init_containers: init.map(|c| vec![c]),
             containers: vec![main_container(spec, token_sha256, tls_seed)],
-            volumes: Some(vec![volume]),
+            volumes: Some(
+                std::iter::once(volume)
+                    .chain(spec.image_volumes.iter().enumerate().map(|(i, m)| Volume {
+                        name: image_volume_name(i),
+                        image: Some(ImageVolumeSource {
+                            reference: Some(m.reference.clone()),
+                            pull_policy: Some("IfNotPresent".into()),
+                        }),
+                        ..Default::default()
+                    }))
+                    .collect(),
+            ),
             node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
             tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
             security_context: Some(PodSecurityContext::default()),
@@ -328,12 +357,26 @@ fn main_container(spec: &StepSpec, token_sha256: &str, tls_seed: Option<&str>) -
             ..Default::default()
         }),
         resources: resources(spec),
-        volume_mounts: Some(vec![VolumeMount {
-            name: "stepshim".into(),
-            mount_path: SHIM_DIR.into(),
-            read_only: Some(true),
-            ..Default::default()
-        }]),
+        volume_mounts: Some(
+            std::iter::once(VolumeMount {
+                name: "stepshim".into(),
+                mount_path: SHIM_DIR.into(),
+                read_only: Some(true),
+                ..Default::default()
+            })
+            .chain(
+                spec.image_volumes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| VolumeMount {
+                        name: image_volume_name(i),
+                        mount_path: m.mount_path.clone(),
+                        read_only: Some(true),
+                        ..Default::default()
+                    }),
+            )
+            .collect(),
+        ),
         ..Default::default()
     }
 }

@@ -246,15 +246,28 @@ fn progress_reads_statuses_as_the_table_says() {
     );
 }
 
-/// The image-pull Secret of `imagepull-secret.json`'s inputs, as the Go kit's PullSecret makes it.
+/// The image-pull Secret of `imagepull-secret.json`'s inputs (two images, one served over TLS), as
+/// the Go kit's PullSecret makes it.
 #[test]
 fn image_pull_secret_matches_the_golden_file() {
     let file = "imagepull-secret.json";
     let mut golden = read(file);
     let s = |k: &str| golden[k].as_str().unwrap().to_owned();
-    let creds = controller::image::Credentials::new(Some(&s("pin")), &s("token"));
-    let port = u16::try_from(golden["port"].as_u64().unwrap()).unwrap();
-    let secret = controller::image::pull_secret(&s("worker"), &s("pod"), port, &creds);
+    let images: Vec<(String, controller::image::Credentials)> = golden["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let pin = i["pin"].as_str().unwrap();
+            let creds = controller::image::Credentials::new(
+                (!pin.is_empty()).then_some(pin),
+                i["token"].as_str().unwrap(),
+            );
+            (i["reference"].as_str().unwrap().to_owned(), creds)
+        })
+        .collect();
+    let entries: Vec<_> = images.iter().map(|(r, c)| (r.as_str(), c)).collect();
+    let secret = controller::image::pull_secret(&s("worker"), &s("pod"), &entries).unwrap();
     let got = serde_json::to_value(&secret).unwrap();
     if updating() {
         golden["secret"] = got;

@@ -191,3 +191,72 @@ async fn refusals_are_one_line_with_the_shims_words() {
     assert!(e.to_string().contains("HTTP 403"), "{e}");
     let _ = std::fs::remove_dir_all(&t);
 }
+
+/// The entries of a `.dockerconfigjson` that the kubelet's keyring takes for `repository`: same
+/// host, key path a string prefix of the repository's, longest key first.
+fn kubelet_entries(config: &[u8], repository: &str) -> Vec<(String, String)> {
+    let v: serde_json::Value = serde_json::from_slice(config).unwrap();
+    let (host, path) = repository.split_once('/').unwrap();
+    let mut keys: Vec<&String> = v["auths"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| {
+            let (h, p) = k.split_once('/').unwrap_or((k.as_str(), ""));
+            h == host && path.starts_with(p)
+        })
+        .collect();
+    keys.sort_by(|a, b| b.cmp(a));
+    keys.iter()
+        .map(|k| {
+            let e = &v["auths"][k.as_str()];
+            (
+                e["username"].as_str().unwrap().to_owned(),
+                e["password"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_and_a_volume_share_one_secret_an_entry_each() {
+    let s = shim();
+    let t = temp("image-volume");
+    let (app, tools) = (image_dir(&t, "app"), image_dir(&t, "tools"));
+    std::fs::write(tools.join("rootfs/bin/more"), b"another file\n").unwrap();
+    let ttl = Duration::from_secs(60);
+    let mut images = Vec::new();
+    for dir in [&app, &tools] {
+        let f = from(dir);
+        let g = image_source::grant_and_resolve(&s.client, &f, ttl)
+            .await
+            .unwrap();
+        let r = controller::image::reference(
+            7779,
+            "src-pod",
+            "10.244.0.17",
+            f.name().unwrap(),
+            &g.manifest.digest,
+        )
+        .unwrap();
+        images.push((r, controller::image::Credentials::new(None, &g.token), g));
+    }
+    let entries: Vec<_> = images.iter().map(|(r, c, _)| (r.as_str(), c)).collect();
+    let config = controller::image::docker_config_json(&entries).unwrap();
+    for (i, (reference, _, g)) in images.iter().enumerate() {
+        let repo = controller::image::repository(reference);
+        let found = kubelet_entries(&config, repo);
+        assert_eq!(found.len(), 1, "{repo}: {found:?}");
+        assert_eq!(found[0], ("plain".to_owned(), g.token.clone()));
+        // That password resolves this image on the shim, and not the other one.
+        let name = repo.rsplit('/').next().unwrap();
+        let (status, body) = manifest(&s.addr, name, &found[0].1).await;
+        assert_eq!(status, 200);
+        let digest = protocol::registry::digest_string(&Sha256::digest(&body).into());
+        assert!(reference.ends_with(&digest), "{reference} {digest}");
+        let other = ["tools", "app"][i];
+        let (status, _) = manifest(&s.addr, other, &found[0].1).await;
+        assert_ne!(status, 200, "{name}'s grant opens {other}");
+    }
+    let _ = std::fs::remove_dir_all(&t);
+}

@@ -134,10 +134,15 @@ pub struct RunArgs {
     /// and an image-pull Secret the pod owns. Takes the place of --image.
     #[arg(long, value_name = "POD:/PATH")]
     pub image_from: Option<String>,
-    /// With --image-from: the port of the node-local forwarder (stepshim-forward) on 127.0.0.1.
+    /// Mount the image in directory PATH of step pod POD read-only at MOUNT of the step's
+    /// container (a Kubernetes image volume; repeatable), pulled as --image-from's, with the same
+    /// image-pull Secret (one per pod, an entry per image).
+    #[arg(long, value_name = "POD:/PATH=/MOUNT")]
+    pub image_volume: Vec<String>,
+    /// With --image-from or --image-volume: the port of the node-local forwarder (stepshim-forward) on 127.0.0.1.
     #[arg(long, env = "STEPCTL_FORWARDER_PORT", default_value_t = controller::image::FORWARDER_PORT)]
     pub forwarder_port: u16,
-    /// With --image-from: seconds the grant on the source pod lasts (the pull must start within
+    /// With --image-from or --image-volume: seconds each grant on a source pod lasts (the pull must start within
     /// it; it is revoked when the step ends).
     #[arg(long, env = "STEPCTL_IMAGE_GRANT_TTL", value_name = "SECONDS",
           default_value_t = controller::image::GRANT_TTL.as_secs())]

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use client::ShimClient;
-use controller::image::ImageFrom;
-use controller::image_source::{self, SourceImage};
+use controller::image::{ImageFrom, ImageVolume};
+use controller::image_source::{self, StepImages};
 use controller::podspec::{Delivery, StepSpec};
 use controller::runtime::Runtime;
 use protocol::SpawnRequest;
@@ -37,8 +37,8 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<i32> {
         spec.dir = Some(workdir.clone());
     }
     match target {
-        Target::Local(_) if args.image_from.is_some() => {
-            bail!("--image-from needs a cluster: the kubelet pulls the image")
+        Target::Local(_) if args.image_from.is_some() || !args.image_volume.is_empty() => {
+            bail!("--image-from and --image-volume need a cluster: the kubelet pulls the image")
         }
         Target::Local(local) => {
             prepare(local.client.clone()).await?;
@@ -79,6 +79,9 @@ pub fn images(args: &RunArgs) -> Result<(Option<&str>, Delivery)> {
             "no step image: pass --image REF (or set STEPCTL_IMAGE) or --image-from POD:/PATH"
         ),
     };
+    for v in image_volumes(args)? {
+        v.from.name()?;
+    }
     let delivery = match args.delivery {
         DeliveryArg::Init => {
             let Some(shim) = &args.shim_image else {
@@ -98,10 +101,25 @@ pub fn images(args: &RunArgs) -> Result<(Option<&str>, Delivery)> {
     Ok((image, delivery))
 }
 
-/// The step pod `run` creates, named `name`, its image from `source` if given.
-fn step_spec(args: &RunArgs, name: &str, source: Option<&SourceImage>) -> Result<StepSpec> {
+/// The `--image-volume` arguments.
+fn image_volumes(args: &RunArgs) -> Result<Vec<ImageVolume>> {
+    let volumes = args
+        .image_volume
+        .iter()
+        .map(|v| v.parse::<ImageVolume>())
+        .collect::<Result<Vec<_>, _>>()?;
+    for (i, v) in volumes.iter().enumerate() {
+        if volumes[..i].iter().any(|w| w.mount_path == v.mount_path) {
+            bail!("--image-volume: two images mounted at {}", v.mount_path);
+        }
+    }
+    Ok(volumes)
+}
+
+/// The step pod `run` creates, named `name`, its image from `sources` if given there.
+fn step_spec(args: &RunArgs, name: &str, sources: &StepImages) -> Result<StepSpec> {
     let (image, delivery) = images(args)?;
-    let image = match (source, image) {
+    let image = match (&sources.image, image) {
         (Some(s), _) => &s.reference,
         (None, Some(image)) => image,
         (None, None) => bail!("--image-from was not prepared"),
@@ -132,28 +150,24 @@ where
         .name
         .clone()
         .unwrap_or_else(|| format!("step-{}", random_suffix()));
-    let source = match &args.image_from {
-        Some(from) => {
-            let from: ImageFrom = from.parse()?;
-            let ttl = Duration::from_secs(args.image_grant_ttl);
-            let s = image_source::prepare(rt, &from, args.forwarder_port, ttl).await?;
-            eprintln!(
-                "stepctl: image {} from {}:{}",
-                s.reference, from.pod, from.path
-            );
-            Some(s)
-        }
-        None => None,
-    };
-    let step = step_spec(args, &name, source.as_ref())?;
-    let created = match &source {
-        Some(s) => image_source::create_pod(rt, &step, s).await.map(|_| ()),
-        None => rt.create(&step).await.map_err(Into::into),
-    };
-    if let Err(e) = created {
-        if let Some(s) = &source {
-            let _ = s.revoke().await;
-        }
+    let from = args
+        .image_from
+        .as_deref()
+        .map(str::parse::<ImageFrom>)
+        .transpose()?;
+    let ttl = Duration::from_secs(args.image_grant_ttl);
+    let volumes = image_volumes(args)?;
+    let sources =
+        image_source::prepare_all(rt, from.as_ref(), &volumes, args.forwarder_port, ttl).await?;
+    if let Some(s) = &sources.image {
+        eprintln!("stepctl: image {} from {}", s.reference, s.from);
+    }
+    for (s, mount) in &sources.volumes {
+        eprintln!("stepctl: image {} from {} at {mount}", s.reference, s.from);
+    }
+    let step = step_spec(args, &name, &sources)?;
+    if let Err(e) = image_source::create_pod(rt, &step, &sources).await {
+        sources.revoke().await;
         return Err(anyhow::Error::new(e).context(format!("creating pod {name}")));
     }
     let result = async {
@@ -167,13 +181,9 @@ where
         run_process(&shim, &args.id, spec).await
     }
     .await;
-    // The image is pulled (or will never be): its grant is done with. One the source shim no longer
-    // answers expires by its ttl.
-    if let Some(s) = &source
-        && let Err(e) = s.revoke().await
-    {
-        tracing::debug!("revoking the image grant on {}: {e}", s.from.pod);
-    }
+    // The images are pulled (or will never be): their grants are done with. One the source shim no
+    // longer answers expires by its ttl.
+    sources.revoke().await;
     for out in &args.outputs {
         eprintln!("stepctl: output {name}:{out}");
     }

@@ -53,24 +53,31 @@ fn the_reference_names_the_forwarder_the_source_and_the_digest() {
     assert!(reference(7779, "p", "10.0.0.1", "out", &upper).is_err());
 }
 
+fn digest(byte: &str) -> String {
+    format!("sha256:{}", byte.repeat(32))
+}
+
 #[test]
 fn the_docker_config_is_what_the_kubelet_reads() {
     let token = "00".repeat(32);
     let plain = Credentials::new(None, &token);
-    let json = String::from_utf8(docker_config_json(7779, &plain)).unwrap();
+    let image = format!("127.0.0.1:7779/10.244.0.17/img@{}", digest("ab"));
+    let json = String::from_utf8(docker_config_json(&[(&image, &plain)]).unwrap()).unwrap();
     // base64("plain:" + 64 zeros)
     let auth = base64::engine::general_purpose::STANDARD.encode(format!("plain:{token}"));
     assert_eq!(
         json,
         format!(
-            r#"{{"auths":{{"127.0.0.1:7779":{{"username":"plain","password":"{token}","auth":"{auth}"}}}}}}"#
+            r#"{{"auths":{{"127.0.0.1:7779/10.244.0.17/img":{{"username":"plain","password":"{token}","auth":"{auth}"}}}}}}"#
         )
     );
     let pin = "1f".repeat(32);
     let tls = Credentials::new(Some(&pin), &token);
     assert_eq!(tls.username, format!("tls-{pin}"));
-    let v: serde_json::Value = serde_json::from_slice(&docker_config_json(7000, &tls)).unwrap();
-    let entry = &v["auths"]["127.0.0.1:7000"];
+    let other = format!("127.0.0.1:7000/10.0.0.1/a.b@{}", digest("cd"));
+    let v: serde_json::Value =
+        serde_json::from_slice(&docker_config_json(&[(&other, &tls)]).unwrap()).unwrap();
+    let entry = &v["auths"]["127.0.0.1:7000/10.0.0.1/a.b"];
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(entry["auth"].as_str().unwrap())
         .unwrap();
@@ -82,9 +89,61 @@ fn the_docker_config_is_what_the_kubelet_reads() {
 }
 
 #[test]
+fn several_images_have_an_entry_each_keyed_by_repository() {
+    let (a, b) = (Credentials::new(None, "ta"), Credentials::new(None, "tb"));
+    let img = format!("127.0.0.1:7779/10.244.0.17/img@{}", digest("ab"));
+    let tools = format!("127.0.0.1:7779/10.244.0.18/tools@{}", digest("cd"));
+    let json = docker_config_json(&[(&img, &a), (&tools, &b), (&img, &a)]).unwrap();
+    let enc = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    assert_eq!(
+        String::from_utf8(json).unwrap(),
+        format!(
+            concat!(
+                r#"{{"auths":{{"127.0.0.1:7779/10.244.0.17/img":{{"username":"plain","password":"ta","auth":"{}"}},"#,
+                r#""127.0.0.1:7779/10.244.0.18/tools":{{"username":"plain","password":"tb","auth":"{}"}}}}}}"#
+            ),
+            enc("plain:ta"),
+            enc("plain:tb")
+        )
+    );
+    // One repository, two grants: the kubelet could not tell them apart.
+    let again = format!("127.0.0.1:7779/10.244.0.17/img@{}", digest("ef"));
+    let e = docker_config_json(&[(&img, &a), (&again, &b)]).unwrap_err();
+    assert!(
+        e.to_string().contains("127.0.0.1:7779/10.244.0.17/img"),
+        "{e}"
+    );
+    assert_eq!(repository(&img), "127.0.0.1:7779/10.244.0.17/img");
+}
+
+#[test]
+fn an_image_volume_is_a_source_and_a_mount() {
+    let v: ImageVolume = "make:/build/img/=/img/".parse().unwrap();
+    assert_eq!(v.from.to_string(), "make:/build/img");
+    assert_eq!(v.mount_path, "/img");
+    let v: ImageVolume = "p:/a=b/c=/mnt/x".parse().unwrap();
+    assert_eq!(
+        (v.from.path.as_str(), v.mount_path.as_str()),
+        ("/a=b/c", "/mnt/x")
+    );
+    for bad in [
+        "make:/build/img",
+        "make:/build/img=",
+        "make:/build/img=/",
+        "make:/b=rel",
+        "make=/img",
+        ":/b=/m",
+    ] {
+        let e = bad.parse::<ImageVolume>().unwrap_err().to_string();
+        assert!(e.contains("POD:/PATH=/MOUNT"), "{bad}: {e}");
+    }
+}
+
+#[test]
 fn the_secret_is_typed_labelled_and_owned_by_the_pod() {
     let creds = Credentials::new(None, "t0k3n");
-    let s = pull_secret("worker a", "step-2", 7779, &creds);
+    let image = format!("127.0.0.1:7779/10.0.0.1/out@{}", digest("ab"));
+    let s = pull_secret("worker a", "step-2", &[(&image, &creds)]).unwrap();
     let v = serde_json::to_value(&s).unwrap();
     assert_eq!(v["type"], "kubernetes.io/dockerconfigjson");
     assert_eq!(v["metadata"]["name"], "step-2-image");
@@ -95,7 +154,7 @@ fn the_secret_is_typed_labelled_and_owned_by_the_pod() {
     let data = base64::engine::general_purpose::STANDARD
         .decode(v["data"][".dockerconfigjson"].as_str().unwrap())
         .unwrap();
-    assert_eq!(data, docker_config_json(7779, &creds));
+    assert_eq!(data, docker_config_json(&[(&image, &creds)]).unwrap());
     let patch = owner_patch("step-2", "1234-uid");
     assert_eq!(
         patch,

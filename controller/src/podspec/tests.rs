@@ -121,3 +121,50 @@ fn an_image_from_a_step_pod_names_its_pull_secret() {
     );
     assert_eq!(pod["spec"]["containers"][0]["image"], image.as_str());
 }
+
+#[test]
+fn image_volumes_are_mounted_read_only_into_the_main_container() {
+    let tools = format!("127.0.0.1:7779/10.244.0.9/tools@sha256:{}", "0f".repeat(32));
+    let data = format!("127.0.0.1:7779/10.244.0.8/data@sha256:{}", "1e".repeat(32));
+    let mut spec = StepSpec::new(
+        "consumer",
+        "busybox",
+        Delivery::ConfigMap { name: "c".into() },
+    );
+    spec.image_volumes = vec![
+        ImageMount {
+            reference: tools.clone(),
+            mount_path: "/tools".into(),
+        },
+        ImageMount {
+            reference: data.clone(),
+            mount_path: "/data/in".into(),
+        },
+    ];
+    let pod = serde_json::to_value(build_pod(&spec, "w", "t", None)).unwrap();
+    let volumes = pod["spec"]["volumes"].as_array().unwrap();
+    assert_eq!(volumes.len(), 3, "{volumes:?}");
+    assert_eq!(
+        volumes[1..],
+        [
+            serde_json::json!({"name": "image-0", "image": {"reference": tools, "pullPolicy": "IfNotPresent"}}),
+            serde_json::json!({"name": "image-1", "image": {"reference": data, "pullPolicy": "IfNotPresent"}}),
+        ]
+    );
+    assert_eq!(
+        pod["spec"]["containers"][0]["volumeMounts"],
+        serde_json::json!([
+            {"name": "stepshim", "mountPath": SHIM_DIR, "readOnly": true},
+            {"name": "image-0", "mountPath": "/tools", "readOnly": true},
+            {"name": "image-1", "mountPath": "/data/in", "readOnly": true},
+        ])
+    );
+    let plain = serde_json::to_value(build_pod(
+        &StepSpec::new("p", "busybox", Delivery::ConfigMap { name: "c".into() }),
+        "w",
+        "t",
+        None,
+    ))
+    .unwrap();
+    assert_eq!(plain["spec"]["volumes"].as_array().unwrap().len(), 1);
+}

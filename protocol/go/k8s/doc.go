@@ -19,7 +19,8 @@
 // source pod's shim for the directory (a fresh random 32-byte token, Config.ImageGrantTTL, one hour
 // by default), resolves the image's digest with it (HEAD /v2/<name>/manifests/latest, name being
 // the directory's last component, which must be an OCI name component), creates an image-pull
-// Secret (kubernetes.io/dockerconfigjson for 127.0.0.1:<Config.ForwarderPort>, 7779 by default,
+// Secret (kubernetes.io/dockerconfigjson for 127.0.0.1:<Config.ForwarderPort>/<source IP>/<name>,
+// the port 7779 by default,
 // user "tls-<pin>" or "plain", the grant token as password, labelled stepshim.dev/image-for), then
 // the pod with image 127.0.0.1:<port>/<source IP>/<name>@<digest> and that Secret in its
 // imagePullSecrets, and makes the pod the Secret's owner so Kubernetes deletes it with the pod. The
@@ -29,6 +30,12 @@
 // expire by their ttl. A pull that fails is the pod's own reason (ErrImagePull with the kubelet's
 // message), which WaitReady returns at once as a *PodFailedError. The worker's Role needs secrets
 // list, create, patch and delete (SecretVerbs); `stepctl manifests` grants them.
+//
+// StepSpec.ImageVolumes mounts such images read-only into the main container as image volumes
+// (volumes[].image, named image-0, image-1, ..., pullPolicy IfNotPresent; Kubernetes 1.35), with
+// or without ImageFrom: each is granted and resolved as ImageFrom's, and the pod's one Secret holds
+// an entry per image keyed by its repository (127.0.0.1:<port>/<source IP>/<name>), which the
+// kubelet matches by prefix, so each pull presents its own grant.
 //
 // The Worker never uses pods/exec, pods/attach or pods/portforward: pods are created and deleted
 // through the API and everything else goes over HTTP (or HTTPS) to the shim in the pod.

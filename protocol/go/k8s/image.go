@@ -1,9 +1,10 @@
 // Images from step pods, the pure part, as the Rust controller's image.rs: a step's directory
-// POD:/PATH becomes the image of a later step's pod, pulled by the kubelet through the node-local
-// forwarder on 127.0.0.1 from the source pod's shim. Here: ImageFrom and the image's name (the
-// directory's last component, an OCI name component), the reference a pod names
-// (127.0.0.1:<port>/<source IP>/<name>@<digest>), the forwarder's credentials in a
-// kubernetes.io/dockerconfigjson Secret labelled for GC, the owner reference that lets Kubernetes
+// POD:/PATH becomes the image of a later step's pod or an image volume of it, pulled by the kubelet
+// through the node-local forwarder on 127.0.0.1 from the source pod's shim. Here: ImageFrom,
+// ImageVolume and the image's name (the directory's last component, an OCI name component), the
+// reference a pod names (127.0.0.1:<port>/<source IP>/<name>@<digest>), the forwarder's credentials
+// in a kubernetes.io/dockerconfigjson Secret (an entry per image repository) labelled for GC, the
+// owner reference that lets Kubernetes
 // delete it with the pod, and the rule by which GC picks the Secrets whose pod is gone. The I/O is
 // in image_worker.go.
 
@@ -56,6 +57,36 @@ func ParseImageFrom(s string) (ImageFrom, error) {
 
 func (f ImageFrom) String() string { return f.Pod + ":" + f.Path }
 
+// ImageVolume is the image in a directory of another step pod of the worker, mounted read-only at
+// MountPath of the step's main container (a Kubernetes image volume, volumes[].image).
+type ImageVolume struct {
+	// From is where the image is.
+	From ImageFrom
+	// MountPath is where the main container sees its files, absolute.
+	MountPath string
+	// Reference is the image's reference: Worker.Create resolves From into it. Set it yourself only
+	// to call StepPod directly.
+	Reference string
+}
+
+// ParseImageVolume reads "POD:/PATH=/MOUNT".
+func ParseImageVolume(s string) (ImageVolume, error) {
+	i := strings.LastIndex(s, "=")
+	bad := fmt.Errorf("k8s: image volume %q: want POD:/PATH=/MOUNT (absolute paths, MOUNT not /)", s)
+	if i < 0 {
+		return ImageVolume{}, bad
+	}
+	from, err := ParseImageFrom(s[:i])
+	mount := strings.TrimRight(s[i+1:], "/")
+	if err != nil || !strings.HasPrefix(mount, "/") {
+		return ImageVolume{}, bad
+	}
+	return ImageVolume{From: from, MountPath: mount}, nil
+}
+
+// ImageVolumeName is the name of the volume of StepSpec.ImageVolumes[i].
+func ImageVolumeName(i int) string { return fmt.Sprintf("image-%d", i) }
+
 var nameComponent = regexp.MustCompile(`^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*$`)
 
 // ValidNameComponent says whether s is an OCI name component: [a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*.
@@ -96,27 +127,49 @@ func ForwarderUser(pin string) string {
 	return "tls-" + pin
 }
 
-// DockerConfigJSON is the .dockerconfigjson the kubelet reads:
-// {"auths":{"127.0.0.1:<port>":{"username":..,"password":..,"auth":base64(user:pass)}}}.
-func DockerConfigJSON(port int, username, password string) []byte {
+// ImageRepository is what precedes reference's @<digest>: 127.0.0.1:<port>/<ip>/<name>. The kubelet
+// picks a pull Secret's entries for an image by the keys that are a prefix of its repository,
+// longest first, so an entry under this key serves this image alone.
+func ImageRepository(reference string) string {
+	repo, _, _ := strings.Cut(reference, "@")
+	return repo
+}
+
+// DockerConfigJSON is the .dockerconfigjson the kubelet reads, an entry per image keyed by its
+// repository: {"auths":{"127.0.0.1:<port>/<ip>/<name>":{"username":..,"password":..,
+// "auth":base64(user:pass)}}}. Each image gets its own credentials at the kubelet's first try. Two
+// images of one repository (one pod, two directories of one name) must share their credentials.
+func DockerConfigJSON(images ...*SourceImage) ([]byte, error) {
 	type auth struct {
 		Username string `json:"username"`
 		Password string `json:"password"`
 		Auth     string `json:"auth"`
 	}
-	b, _ := json.Marshal(struct {
+	auths := map[string]auth{}
+	for _, im := range images {
+		repo := ImageRepository(im.Reference)
+		a := auth{im.Username, im.Password, base64.StdEncoding.EncodeToString([]byte(im.Username + ":" + im.Password))}
+		if old, ok := auths[repo]; ok && old != a {
+			return nil, fmt.Errorf("k8s: two images named %s (the same pod and directory name, other directories): "+
+				"rename one directory", repo)
+		}
+		auths[repo] = a
+	}
+	return json.Marshal(struct {
 		Auths map[string]auth `json:"auths"`
-	}{map[string]auth{fmt.Sprintf("127.0.0.1:%d", port): {
-		username, password, base64.StdEncoding.EncodeToString([]byte(username + ":" + password)),
-	}}})
-	return b
+	}{auths})
 }
 
 // PullSecretName is the name of pod's image-pull Secret.
 func PullSecretName(pod string) string { return pod + "-image" }
 
-// PullSecret is the image-pull Secret of pod of worker: the forwarder's credentials, labelled for GC.
-func PullSecret(worker, pod string, port int, username, password string) *corev1.Secret {
+// PullSecret is the image-pull Secret of pod of worker: the forwarder's credentials for each of
+// images (Reference, Username and Password), labelled for GC.
+func PullSecret(worker, pod string, images ...*SourceImage) (*corev1.Secret, error) {
+	config, err := DockerConfigJSON(images...)
+	if err != nil {
+		return nil, err
+	}
 	return &corev1.Secret{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -125,8 +178,8 @@ func PullSecret(worker, pod string, port int, username, password string) *corev1
 			Annotations: map[string]string{ImageForLabel: pod},
 		},
 		Type: corev1.SecretTypeDockerConfigJson,
-		Data: map[string][]byte{corev1.DockerConfigJsonKey: DockerConfigJSON(port, username, password)},
-	}
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: config},
+	}, nil
 }
 
 // OwnerPatch is the merge patch making pod (of uid) the owner of a Secret: Kubernetes' garbage

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -88,34 +89,97 @@ func kubeletAuth(t *testing.T, config []byte, host string) (user, pass string) {
 	return user, pass
 }
 
+func digestOf(b string) string { return "sha256:" + strings.Repeat(b, 32) }
+
 func TestDockerConfigIsWhatTheKubeletReads(t *testing.T) {
 	token := strings.Repeat("00", 32)
-	got := string(DockerConfigJSON(7779, PlainUser, token))
+	img := &SourceImage{Reference: "127.0.0.1:7779/10.244.0.17/img@" + digestOf("ab"), Username: PlainUser, Password: token}
+	b, err := DockerConfigJSON(img)
 	auth := base64.StdEncoding.EncodeToString([]byte("plain:" + token))
-	want := `{"auths":{"127.0.0.1:7779":{"username":"plain","password":"` + token + `","auth":"` + auth + `"}}}`
-	if got != want {
-		t.Errorf("got  %s\nwant %s", got, want)
+	want := `{"auths":{"127.0.0.1:7779/10.244.0.17/img":{"username":"plain","password":"` + token + `","auth":"` + auth + `"}}}`
+	if err != nil || string(b) != want {
+		t.Errorf("got  %s (%v)\nwant %s", b, err, want)
 	}
 	pin := strings.Repeat("1f", 32)
-	if u, p := kubeletAuth(t, DockerConfigJSON(7000, ForwarderUser(pin), token), "127.0.0.1:7000"); u != "tls-"+pin || p != token {
+	tls := &SourceImage{Reference: "127.0.0.1:7000/10.0.0.1/a.b@" + digestOf("cd"), Username: ForwarderUser(pin), Password: token}
+	b, _ = DockerConfigJSON(tls)
+	if u, p := kubeletAuth(t, b, "127.0.0.1:7000/10.0.0.1/a.b"); u != "tls-"+pin || p != token {
 		t.Errorf("%s %s", u, p)
+	}
+	// Several images: an entry each, keyed by repository; one image twice is one entry.
+	tools := &SourceImage{Reference: "127.0.0.1:7779/10.244.0.18/tools@" + digestOf("ef"), Username: PlainUser, Password: "tb"}
+	b, err = DockerConfigJSON(img, tools, img)
+	want = `{"auths":{"127.0.0.1:7779/10.244.0.17/img":{"username":"plain","password":"` + token + `","auth":"` + auth +
+		`"},"127.0.0.1:7779/10.244.0.18/tools":{"username":"plain","password":"tb","auth":"` +
+		base64.StdEncoding.EncodeToString([]byte("plain:tb")) + `"}}}`
+	if err != nil || string(b) != want {
+		t.Errorf("got  %s (%v)\nwant %s", b, err, want)
+	}
+	// One repository, two grants: the kubelet could not tell them apart.
+	again := &SourceImage{Reference: "127.0.0.1:7779/10.244.0.17/img@" + digestOf("12"), Username: PlainUser, Password: "other"}
+	if _, err := DockerConfigJSON(img, again); err == nil || !strings.Contains(err.Error(), "127.0.0.1:7779/10.244.0.17/img") {
+		t.Errorf("a clash: %v", err)
 	}
 	var patch any
 	_ = json.Unmarshal(OwnerPatch("step-2", "1234-uid"), &patch)
-	b, _ := json.Marshal(patch)
+	b, _ = json.Marshal(patch)
 	if string(b) != `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":"step-2","uid":"1234-uid"}]}}` {
 		t.Errorf("owner patch %s", b)
 	}
 }
 
+func TestImageVolumesAreMountedReadOnly(t *testing.T) {
+	v, err := ParseImageVolume("make:/build/img/=/img/")
+	if err != nil || v.From != (ImageFrom{Pod: "make", Path: "/build/img"}) || v.MountPath != "/img" {
+		t.Errorf("%+v %v", v, err)
+	}
+	for _, bad := range []string{"make:/build/img", "make:/build/img=", "make:/build/img=/", "make:/b=rel", "make=/img"} {
+		if _, err := ParseImageVolume(bad); err == nil || !strings.Contains(err.Error(), "POD:/PATH=/MOUNT") {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+	ref := "127.0.0.1:7779/10.244.0.9/tools@" + digestOf("0f")
+	spec := StepSpec{Name: "c", Image: "busybox", Delivery: FromConfigMap("c"),
+		ImageVolumes: []ImageVolume{{MountPath: "/tools", Reference: ref}}}
+	b, _ := json.Marshal(StepPod(spec, "w", AuthOf("t", false)).Spec)
+	for _, want := range []string{
+		`{"name":"image-0","image":{"reference":"` + ref + `","pullPolicy":"IfNotPresent"}}`,
+		`{"name":"image-0","readOnly":true,"mountPath":"/tools"}`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("no %s in %s", want, b)
+		}
+	}
+	for _, mount := range []string{"rel", "/"} {
+		bad := spec
+		bad.ImageVolumes = []ImageVolume{{MountPath: mount, Reference: ref}}
+		if bad.Validate() == nil {
+			t.Errorf("mount %q taken", mount)
+		}
+	}
+	bad := spec
+	bad.ImageVolumes = append(slices.Clone(spec.ImageVolumes), spec.ImageVolumes[0])
+	if bad.Validate() == nil {
+		t.Error("two volumes at one path taken")
+	}
+}
+
 func TestImagePullSecretMatchesTheGoldenFile(t *testing.T) {
 	var g struct {
-		Worker, Pod, Pin, Token string
-		Port                    int
-		Secret                  any
+		Worker, Pod string
+		Images      []struct{ Reference, Pin, Token string }
+		Secret      any
 	}
 	testdata(t, "imagepull-secret.json", &g)
-	b, err := json.Marshal(PullSecret(g.Worker, g.Pod, g.Port, ForwarderUser(g.Pin), g.Token))
+	var images []*SourceImage
+	for _, im := range g.Images {
+		images = append(images, &SourceImage{Reference: im.Reference, Username: ForwarderUser(im.Pin), Password: im.Token})
+	}
+	secret, err := PullSecret(g.Worker, g.Pod, images...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(secret)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +298,7 @@ func TestCreateWithImageFromAStepPod(t *testing.T) {
 	if secret.Type != corev1.SecretTypeDockerConfigJson || secret.Labels[ImageForLabel] != "consumer" {
 		t.Errorf("secret %+v", secret.ObjectMeta)
 	}
-	user, token := kubeletAuth(t, secret.Data[corev1.DockerConfigJsonKey], "127.0.0.1:7000")
+	user, token := kubeletAuth(t, secret.Data[corev1.DockerConfigJsonKey], ImageRepository(ref))
 	if user != PlainUser || len(token) != 64 || token == w.Token("src") {
 		t.Errorf("credentials %s %q: want plain and a grant token", user, token)
 	}
@@ -251,6 +315,42 @@ func TestCreateWithImageFromAStepPod(t *testing.T) {
 		t.Errorf("the grant resolves %+v %v; reference %s", m, err, ref)
 	}
 
+	// The same image as the step's and as a volume, another as a second volume: one grant for the
+	// first, an entry per repository in the one Secret, the volumes mounted read-only.
+	other := filepath.Join(t.TempDir(), "tools")
+	if err := os.CopyFS(other, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	both := StepSpec{Name: "both", ImageFrom: &ImageFrom{Pod: "src", Path: dir}, Delivery: FromConfigMap("c"),
+		ImageVolumes: []ImageVolume{{From: ImageFrom{Pod: "src", Path: dir}, MountPath: "/app"},
+			{From: ImageFrom{Pod: "src", Path: other}, MountPath: "/tools"}}}
+	bpod, err := w.Create(ctx, both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vols := bpod.Spec.Volumes[1:]
+	if len(vols) != 2 || vols[0].Name != "image-0" || vols[0].Image.Reference != bpod.Spec.Containers[0].Image ||
+		vols[0].Image.PullPolicy != corev1.PullIfNotPresent ||
+		!strings.HasPrefix(vols[1].Image.Reference, "127.0.0.1:7000/127.0.0.1/tools@sha256:") {
+		t.Errorf("volumes %+v", vols)
+	}
+	if m := bpod.Spec.Containers[0].VolumeMounts; len(m) != 3 || m[2] != (corev1.VolumeMount{Name: "image-1", MountPath: "/tools", ReadOnly: true}) {
+		t.Errorf("mounts %+v", m)
+	}
+	bsecret, err := cs.CoreV1().Secrets("steps").Get(ctx, "both-image", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, appToken := kubeletAuth(t, bsecret.Data[corev1.DockerConfigJsonKey], ImageRepository(vols[0].Image.Reference))
+	_, toolsToken := kubeletAuth(t, bsecret.Data[corev1.DockerConfigJsonKey], ImageRepository(vols[1].Image.Reference))
+	if m, err := c.WithGrantToken(toolsToken).ImageManifest(ctx, "tools", "latest"); err != nil ||
+		!strings.HasSuffix(vols[1].Image.Reference, "@"+m.Digest) || appToken == toolsToken {
+		t.Errorf("the tools grant resolves %+v %v", m, err)
+	}
+	if len(bpod.Spec.ImagePullSecrets) != 1 {
+		t.Errorf("pull secrets %v", bpod.Spec.ImagePullSecrets)
+	}
+
 	// A directory that is no image: the shim's refusal, no Secret, no pod.
 	bad := StepSpec{Name: "bad", ImageFrom: &ImageFrom{Pod: "src", Path: t.TempDir()}, Delivery: FromConfigMap("c")}
 	if _, err := w.Create(ctx, bad); err == nil || !strings.Contains(err.Error(), "is not an image") {
@@ -261,8 +361,8 @@ func TestCreateWithImageFromAStepPod(t *testing.T) {
 	}
 
 	// GC: a Secret whose pod is gone goes; the consumer's stays (its pod is in the cache).
-	w = handWorker(t, cs, port, podAt(w, "src", "127.0.0.1", plain), pod)
-	orphan := PullSecret("w", "gone", 7000, PlainUser, "t")
+	w = handWorker(t, cs, port, podAt(w, "src", "127.0.0.1", plain), pod, bpod)
+	orphan, _ := PullSecret("w", "gone", &SourceImage{Reference: "127.0.0.1:7000/10.0.0.1/x", Username: PlainUser, Password: "t"})
 	orphan.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour))
 	if _, err := cs.CoreV1().Secrets("steps").Create(ctx, orphan, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -1,8 +1,8 @@
 // Images from step pods, the I/O, as the Rust controller's image_source.rs: a read grant on the
 // source pod's shim for the directory (a fresh random token, Config.ImageGrantTTL, no use limit),
 // the image resolved to its digest with that grant (HEAD /v2/<name>/manifests/latest), then the
-// consuming pod created with the reference and an image-pull Secret holding the forwarder's
-// credentials, which the pod then owns (Kubernetes deletes it with the pod; GC deletes those a
+// consuming pod created with the reference as its image or image volumes and one image-pull Secret
+// holding the forwarder's credentials for all of them, which the pod then owns (Kubernetes deletes it with the pod; GC deletes those a
 // worker that died in between left). The pod's own token never leaves the worker: the Secret holds
 // the grant's, and the grant expires by its ttl.
 
@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,7 +51,6 @@ type SourceImage struct {
 	Username, Password string
 	// GrantID is the grant's id on the source shim (RevokeGrant ends it early).
 	GrantID string
-	port    int
 }
 
 // ResolveImage makes a read grant for from.Path on c (the source pod's shim, with the pod's token)
@@ -108,19 +108,58 @@ func (w *Worker) PrepareImage(ctx context.Context, from ImageFrom) (*SourceImage
 		pin = w.Pin(from.Pod)
 	}
 	return &SourceImage{From: from, Reference: ref, Username: ForwarderUser(pin), Password: token,
-		GrantID: grantID, port: w.images.port}, nil
+		GrantID: grantID}, nil
 }
 
-// createFrom creates spec's pod with the image of spec.ImageFrom: its Secret first (replacing one an
-// earlier attempt left), then the pod naming it, then the pod as the Secret's owner. A pod that
-// cannot be created takes its Secret with it; an owner that cannot be set leaves the Secret to GC.
+// prepareImages grants and resolves spec.ImageFrom and each of spec.ImageVolumes (a directory named
+// twice is granted once), and returns spec naming their references, and the images. A failure
+// leaves the grants already made to expire by their ttl.
+func (w *Worker) prepareImages(ctx context.Context, spec StepSpec) (StepSpec, []*SourceImage, error) {
+	var images []*SourceImage
+	get := func(from ImageFrom) (*SourceImage, error) {
+		for _, im := range images {
+			if im.From == from {
+				return im, nil
+			}
+		}
+		im, err := w.PrepareImage(ctx, from)
+		if err == nil {
+			images = append(images, im)
+		}
+		return im, err
+	}
+	if spec.ImageFrom != nil {
+		im, err := get(*spec.ImageFrom)
+		if err != nil {
+			return spec, nil, err
+		}
+		spec.Image, spec.ImageFrom = im.Reference, nil
+	}
+	spec.ImageVolumes = slices.Clone(spec.ImageVolumes)
+	for i, v := range spec.ImageVolumes {
+		im, err := get(v.From)
+		if err != nil {
+			return spec, nil, err
+		}
+		spec.ImageVolumes[i].Reference = im.Reference
+	}
+	return spec, images, nil
+}
+
+// createFrom creates spec's pod with the images of spec.ImageFrom and spec.ImageVolumes: its Secret
+// first (replacing one an earlier attempt left), then the pod naming it, then the pod as the
+// Secret's owner. A pod that cannot be created takes its Secret with it; an owner that cannot be
+// set leaves the Secret to GC.
 func (w *Worker) createFrom(ctx context.Context, spec StepSpec) (*corev1.Pod, error) {
-	src, err := w.PrepareImage(ctx, *spec.ImageFrom)
+	spec, images, err := w.prepareImages(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	secret, err := PullSecret(w.worker, spec.Name, images...)
 	if err != nil {
 		return nil, err
 	}
 	secrets := w.cs.CoreV1().Secrets(w.namespace)
-	secret := PullSecret(w.worker, spec.Name, src.port, src.Username, src.Password)
 	_, err = secrets.Create(ctx, secret, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		if err = w.deleteSecret(ctx, secret.Name); err == nil {
@@ -130,8 +169,7 @@ func (w *Worker) createFrom(ctx context.Context, spec StepSpec) (*corev1.Pod, er
 	if err != nil {
 		return nil, fmt.Errorf("k8s: image-pull secret %s: %w", secret.Name, err)
 	}
-	spec.Image, spec.ImageFrom = src.Reference, nil
-	spec.ImagePullSecrets = append(spec.ImagePullSecrets, secret.Name)
+	spec.ImagePullSecrets = append(slices.Clone(spec.ImagePullSecrets), secret.Name)
 	pod := StepPod(spec, w.worker, AuthOf(w.Token(spec.Name), spec.Delivery.TLS()))
 	created, err := w.cs.CoreV1().Pods(w.namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {

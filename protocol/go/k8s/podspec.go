@@ -108,11 +108,15 @@ type StepSpec struct {
 	AutomountServiceAccountToken bool
 	// ImagePullPolicy of the step image; empty means IfNotPresent.
 	ImagePullPolicy corev1.PullPolicy
-	// ImagePullSecrets name Secrets of registry credentials for the step image.
+	// ImagePullSecrets name Secrets of registry credentials for the step image and image volumes.
 	ImagePullSecrets []string
 	// ImageFrom, when set, makes the step's image a directory of another step pod of the worker
 	// (Worker.Create grants, resolves and names it, see image.go); Image is then left empty.
 	ImageFrom *ImageFrom
+	// ImageVolumes are images of other step pods of the worker mounted read-only into the main
+	// container, as volumes image-0, image-1, ... (Worker.Create grants and resolves them, with one
+	// image-pull Secret for the pod, see image.go).
+	ImageVolumes []ImageVolume
 	// Delivery says how the shim reaches the pod.
 	Delivery Delivery
 }
@@ -154,6 +158,13 @@ func (s StepSpec) Validate() error {
 		return fmt.Errorf("k8s: step spec %s without a shim delivery (use InitContainer or FromConfigMap)", s.Name)
 	case s.Delivery.tls && s.Delivery.configMap != "":
 		return fmt.Errorf("k8s: step spec %s: %w", s.Name, errConfigMapTLS)
+	}
+	mounts := map[string]bool{}
+	for _, v := range s.ImageVolumes {
+		if !strings.HasPrefix(v.MountPath, "/") || v.MountPath == "/" || mounts[v.MountPath] {
+			return fmt.Errorf("k8s: step spec %s: image volume at %q: want an absolute path, not /, once", s.Name, v.MountPath)
+		}
+		mounts[v.MountPath] = true
 	}
 	for what, q := range map[string]string{"cpu": s.CPU, "memory": s.Memory} {
 		if _, err := resource.ParseQuantity(q); q != "" && err != nil {
@@ -241,6 +252,14 @@ func StepPod(spec StepSpec, worker string, auth PodAuth) *corev1.Pod {
 	}
 	if init != nil {
 		pod.Spec.InitContainers = []corev1.Container{*init}
+	}
+	for i, v := range spec.ImageVolumes {
+		name := ImageVolumeName(i)
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+			Image: &corev1.ImageVolumeSource{Reference: v.Reference, PullPolicy: corev1.PullIfNotPresent},
+		}})
+		c := &pod.Spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: v.MountPath, ReadOnly: true})
 	}
 	for _, name := range spec.ImagePullSecrets {
 		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})

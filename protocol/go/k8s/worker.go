@@ -169,14 +169,14 @@ func (w *Worker) Token(pod string) string { return w.key.Token(w.namespace, pod)
 // Create creates the step pod for spec, its shim accepting the pod's token. An invalid spec is an
 // error before any request; a pod of that name already there is the API's AlreadyExists error
 // (apierrors.IsAlreadyExists), which a caller retrying a create may take as done. With
-// spec.ImageFrom it first grants and resolves the image and creates the pod's image-pull Secret
-// (image_worker.go); a pod created whose Secret could not be given the pod as owner is returned
+// spec.ImageFrom or spec.ImageVolumes it first grants and resolves the images and creates the
+// pod's image-pull Secret (image_worker.go); a pod created whose Secret could not be given the pod as owner is returned
 // with an error saying so: the pod is usable, and GC deletes the Secret once the pod is gone.
 func (w *Worker) Create(ctx context.Context, spec StepSpec) (*corev1.Pod, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	if spec.ImageFrom != nil {
+	if spec.ImageFrom != nil || len(spec.ImageVolumes) > 0 {
 		return w.createFrom(ctx, spec)
 	}
 	pod := StepPod(spec, w.worker, AuthOf(w.Token(spec.Name), spec.Delivery.TLS()))
