@@ -5,29 +5,19 @@
 //! the `stepshim` binary beside `stepctl` (`cargo build -p stepshim`) or in `$STEPSHIM_BIN`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
+
+use common::shim;
 use std::sync::Arc;
 use std::time::Duration;
 
-use client::local::{Launch, LocalShim};
 use client::{Direct, ShimClient, TokenHeader};
 use controller::image::ImageFrom;
 use controller::image_source::{self, SourceError};
 use protocol::artifacts::GrantRequest;
 use sha2::{Digest, Sha256};
-
-fn shim() -> LocalShim {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_stepctl"));
-    let bin = std::env::var_os("STEPSHIM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| exe.with_file_name("stepshim"));
-    assert!(
-        bin.exists(),
-        "no stepshim at {} (cargo build -p stepshim)",
-        bin.display()
-    );
-    Launch::new(bin).start().expect("the shim starts")
-}
 
 fn from(dir: &Path) -> ImageFrom {
     format!("src-pod:{}", dir.display()).parse().unwrap()

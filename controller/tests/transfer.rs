@@ -5,25 +5,15 @@
 //! beside `stepctl` (`cargo build -p stepshim`) or in `$STEPSHIM_BIN`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
+
+use common::shim;
 use std::time::Duration;
 
 use client::ShimClient;
-use client::local::{Launch, LocalShim};
 use controller::transfer::{self, How};
-
-fn shim() -> LocalShim {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_stepctl"));
-    let bin = std::env::var_os("STEPSHIM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| exe.with_file_name("stepshim"));
-    assert!(
-        bin.exists(),
-        "no stepshim at {} (cargo build -p stepshim)",
-        bin.display()
-    );
-    Launch::new(bin).start().expect("the shim starts")
-}
 
 fn digest_of(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut out: Vec<_> = std::fs::read_dir(dir)
