@@ -19,7 +19,7 @@ pub enum Command {
     /// The shim's own footprint against a raw fork/exec on this machine.
     Local(LocalArgs),
     /// The shim against apiserver exec on a real cluster (admin kubeconfig: exec needs it).
-    Cluster(ClusterArgs),
+    Cluster(Box<ClusterArgs>),
     /// The control plane at scale: thousands of pending step pods of one worker, driven by the Rust
     /// runtime and by the Go kit's worker (admin kubeconfig: it creates RBAC and FlowSchemas).
     Scale(ScaleArgs),
@@ -126,9 +126,44 @@ pub struct ClusterArgs {
     /// Run only the artifact scenario (1024 MiB unless --artifacts-mib says otherwise).
     #[arg(long)]
     pub artifacts_only: bool,
-    /// Scenarios to run (default all): latency, podspawn, concurrency, throughput, faults.
+    /// Scenarios to run (default all but images): latency, podspawn, concurrency, throughput,
+    /// faults, images. `images` runs only when named: a step's output handed to a later step as
+    /// its image, through the producing pod's shim and pushed to a registry on the node (needs
+    /// `--crane`); its results go to cluster.md and cluster.json in `--results` (default
+    /// results/images).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// MiB of the `images` scenario's rootfs/.
+    #[arg(long, default_value_t = 200)]
+    pub image_mib: u64,
+    /// Files of the `images` scenario's rootfs/ (the MiB spread evenly over them).
+    #[arg(long, default_value_t = 5000)]
+    pub image_files: u64,
+    /// Rounds of the `images` scenario: each hands a new tree over both ways, alternating which
+    /// goes first.
+    #[arg(long, default_value_t = 3)]
+    pub image_rounds: usize,
+    /// The pod network, for the forwarder the `images` scenario applies (the test cluster's).
+    #[arg(long, default_value = "10.244.0.0/24")]
+    pub pod_cidr: String,
+    /// The forwarder's port on the node's loopback.
+    #[arg(long, default_value_t = controller::image::FORWARDER_PORT)]
+    pub forwarder_port: u16,
+    /// A statically linked crane (go-containerregistry's CLI), uploaded into the producing pod to
+    /// push its image: `CGO_ENABLED=0 go install github.com/google/go-containerregistry/cmd/crane@v0.22.1`.
+    #[arg(long)]
+    pub crane: Option<PathBuf>,
+    /// CNCF distribution's `registry` binary for the `images` scenario's own registry (default:
+    /// what tests/cluster/build-registry prints).
+    #[arg(long)]
+    pub registry_bin: Option<PathBuf>,
+    /// Port of that registry, on the node's loopback (where containerd pulls) and on
+    /// `--bridge-ip` (where the producing pod pushes).
+    #[arg(long, default_value_t = 5874)]
+    pub registry_port: u16,
+    /// The host's address on the pod bridge, which pods reach it at.
+    #[arg(long, default_value = "10.244.0.1")]
+    pub bridge_ip: String,
     /// CPU request of each step pod, without a limit, e.g. `100m` (a Burstable pod); `none`: no
     /// request, a BestEffort pod (`cpu.shares` 2 under cgroup v1). Side by side the two measured
     /// the same within noise (README, load test).
@@ -192,7 +227,12 @@ fn parse_pair(s: &str) -> Result<(String, String), String> {
 impl ClusterArgs {
     /// Whether `--only` leaves scenario `name` in.
     pub fn runs(&self, name: &str) -> bool {
-        self.only.is_empty() || self.only.iter().any(|o| o == name)
+        (self.only.is_empty() && name != "images") || self.only.iter().any(|o| o == name)
+    }
+
+    /// Whether `--only` names only the `images` scenario (no step pods of the others needed).
+    pub fn images_only(&self) -> bool {
+        !self.only.is_empty() && self.only.iter().all(|o| o == "images")
     }
 
     /// The pods' CPU request, if any.
@@ -202,8 +242,14 @@ impl ClusterArgs {
 }
 
 /// The scenarios `cluster --only` knows.
-pub const CLUSTER_SCENARIOS: [&str; 5] =
-    ["latency", "podspawn", "concurrency", "throughput", "faults"];
+pub const CLUSTER_SCENARIOS: [&str; 6] = [
+    "latency",
+    "podspawn",
+    "concurrency",
+    "throughput",
+    "faults",
+    "images",
+];
 
 /// Which tokio runtime the latency scenario's clients run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -289,6 +335,26 @@ pub struct ScaleWorkerArgs {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn images_runs_only_when_named() {
+        let cli = |only: &str| {
+            let mut argv = vec!["stepshim-bench", "cluster"];
+            if !only.is_empty() {
+                argv.extend(["--only", only]);
+            }
+            match Cli::parse_from(argv).command {
+                Command::Cluster(c) => *c,
+                _ => unreachable!(),
+            }
+        };
+        let all = cli("");
+        assert!(all.runs("latency") && !all.runs("images") && !all.images_only());
+        let images = cli("images");
+        assert!(images.runs("images") && !images.runs("latency") && images.images_only());
+        let both = cli("latency,images");
+        assert!(both.runs("images") && both.runs("latency") && !both.images_only());
+    }
 
     #[test]
     fn durations_read_in_seconds_minutes_and_hours() {

@@ -3,7 +3,7 @@
 //! runs every scenario on the three paths into the same pods, rotating which path goes first,
 //! while watching what each costs kube-apiserver; writes a markdown table, JSON and an SVG chart.
 //! Fails if either shim path lost a byte or got an exit status wrong. `--soak DURATION` runs the
-//! soak (`soak/`) instead.
+//! soak (`soak/`) instead; `--only images` the images scenario (`images.rs`).
 
 mod apiserver;
 mod artifacts;
@@ -11,6 +11,10 @@ mod artifacts_probe;
 mod artifacts_report;
 mod chart;
 mod faults;
+mod images;
+mod images_registry;
+mod images_report;
+mod images_ways;
 mod paths;
 mod podcpu;
 mod podspawn;
@@ -145,6 +149,9 @@ pub async fn run(args: &ClusterArgs) -> Result<i32> {
             crate::args::CLUSTER_SCENARIOS.join(", ")
         );
     }
+    if args.images_only() {
+        return images::run(args).await;
+    }
     let started = Instant::now();
     let (rt, mut env) = setup(args).await?;
     eprintln!(
@@ -171,8 +178,11 @@ pub async fn run(args: &ClusterArgs) -> Result<i32> {
         );
         return Ok(1);
     }
-    if args.artifacts_mib > 0 {
-        return artifacts::run(args).await;
+    if args.artifacts_mib > 0 && artifacts::run(args).await? != 0 {
+        return Ok(1);
+    }
+    if args.runs("images") {
+        return images::run(args).await;
     }
     Ok(0)
 }
