@@ -161,6 +161,10 @@ pub struct ClusterArgs {
     /// `--bridge-ip` (where the producing pod pushes).
     #[arg(long, default_value_t = 5874)]
     pub registry_port: u16,
+    /// containerd's socket on the node: the `images` scenario removes each consumer's image from
+    /// it afterwards (`ctr images rm`), so a long run does not fill the disk.
+    #[arg(long, env = "STEPSHIM_CONTAINERD_SOCK")]
+    pub containerd_sock: Option<PathBuf>,
     /// The host's address on the pod bridge, which pods reach it at.
     #[arg(long, default_value = "10.244.0.1")]
     pub bridge_ip: String,

@@ -11,19 +11,18 @@
 //! - pushed, then pulled: crane (uploaded into the producing pod beforehand) pushes the tree as a
 //!   one-layer image to the bench's registry on the pod bridge, and the pod names it on loopback.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use client::ShimClient;
 use controller::image::{GRANT_TTL, ImageFrom};
 use controller::image_source;
-use controller::podspec::{Delivery, StepSpec};
 use controller::runtime::Runtime;
 use http_body_util::BodyExt;
-use protocol::{FrameType, SpawnRequest};
 use serde::Serialize;
 
 use super::artifacts_probe::sh;
+use super::images_consumer::{consumer_spec, first_line, forget_image};
 use super::images_registry::Registry;
 use crate::args::ClusterArgs;
 use crate::procfs::fine_cpu_secs;
@@ -106,6 +105,8 @@ pub struct Handoff {
     pub pull_secs: f64,
     /// Whether the consumer printed the round's marker.
     pub ok: bool,
+    /// The consumer's image reference.
+    pub image: String,
     /// Shim way: bytes this process read during the handoff (`rchar`).
     pub controller_rchar: Option<u64>,
     /// Shim way: bytes this process wrote during the handoff (`wchar`).
@@ -146,6 +147,7 @@ pub async fn handoff(cx: &Ctx<'_>, round: usize, way: Way) -> Result<Handoff> {
     let _ = cx.rt.delete(&consumer).await;
     let _ = sh(&cx.producer.shim, &format!("rm -rf {dir}")).await;
     let mut h = result.with_context(|| format!("{way:?} way, round {round}"))?;
+    forget_image(cx.args, &h.image).await;
     h.round = round;
     h.make_secs = make_secs;
     if !h.ok {
@@ -195,6 +197,7 @@ async fn shim_way(cx: &Ctx<'_>, dir: &str, consumer: &str) -> Result<Handoff> {
         prepare_secs: (prepared - t0).as_secs_f64(),
         pull_secs: (seen.answered - prepared).as_secs_f64(),
         ok: seen.line == dir.rsplit('/').next().unwrap_or_default(),
+        image: source.reference.clone(),
         controller_rchar: Some(io1.0 - io0.0),
         controller_wchar: Some(io1.1 - io0.1),
         digest_cpu_secs: Some(cpu1 - cpu0),
@@ -225,6 +228,7 @@ async fn registry_way(cx: &Ctx<'_>, dir: &str, name: &str, consumer: &str) -> Re
         prepare_secs: (pushed - t0).as_secs_f64(),
         pull_secs: (seen.answered - pushed).as_secs_f64(),
         ok: seen.line == name,
+        image,
         controller_rchar: None,
         controller_wchar: None,
         digest_cpu_secs: None,
@@ -251,80 +255,6 @@ fn pushed_digest(out: &str) -> Result<String> {
     match last.rsplit_once('@') {
         Some((_, d)) if d.len() == 71 && d.starts_with("sha256:") => Ok(d.to_owned()),
         _ => bail!("crane printed no digest: {out:?}"),
-    }
-}
-
-/// The consuming step: `image`, the shim from the bench's shim image.
-fn consumer_spec(args: &ClusterArgs, name: &str, image: &str) -> StepSpec {
-    let mut spec = StepSpec::new(
-        name,
-        image,
-        Delivery::InitContainer {
-            image: args.shim_image.clone(),
-        },
-    );
-    spec.build = Some("bench-images".into());
-    spec.cpu_request = args.cpu_request().map(str::to_owned);
-    spec.env.extend(args.pod_env.iter().cloned());
-    spec
-}
-
-/// When the consumer's shim first answered, when its first output came, and what it printed.
-struct Seen {
-    answered: Instant,
-    first: Instant,
-    line: String,
-}
-
-/// Waits until the consumer's shim answers, then runs `cat /etc/marker` in it.
-async fn first_line(rt: &Runtime, consumer: &str) -> Result<Seen> {
-    let shim = answering(rt, consumer).await?;
-    let answered = Instant::now();
-    let spec = SpawnRequest {
-        path: "/bin/cat".into(),
-        args: vec!["/etc/marker".into()],
-        ..Default::default()
-    };
-    shim.spawn("marker", &spec)
-        .await
-        .context("spawn in the consumer")?;
-    let (mut first, mut out) = (None, Vec::new());
-    shim.attach("marker", 0, 5, |kind, data| {
-        if kind == FrameType::Stdout {
-            first.get_or_insert_with(Instant::now);
-            out.extend_from_slice(&data);
-        }
-    })
-    .await?;
-    Ok(Seen {
-        answered,
-        first: first.context("the consumer printed nothing")?,
-        line: String::from_utf8_lossy(&out).trim().to_owned(),
-    })
-}
-
-/// The consumer's shim once it answers: asked every 50 ms from when the pod has an address (its
-/// readiness probe runs once a second), or when the pod is ready, whichever comes first. A pod
-/// that fails (ErrImagePull) ends the wait with the kubelet's reason.
-async fn answering(rt: &Runtime, name: &str) -> Result<ShimClient> {
-    let ready = rt.wait_ready(name, Duration::from_secs(300), |_| {});
-    let early = async {
-        loop {
-            let ip = rt
-                .pod(name)
-                .and_then(|p| p.status.as_ref().and_then(|s| s.pod_ip.clone()));
-            if let Some(ip) = ip
-                && let Ok(s) = rt.shim_at(name, &ip)
-                && s.healthz().await.is_ok()
-            {
-                return s;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    tokio::select! {
-        r = ready => Ok(rt.shim_at(name, &r?)?),
-        s = early => Ok(s),
     }
 }
 

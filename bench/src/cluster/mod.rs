@@ -12,6 +12,7 @@ mod artifacts_report;
 mod chart;
 mod faults;
 mod images;
+mod images_consumer;
 mod images_registry;
 mod images_report;
 mod images_ways;
