@@ -227,6 +227,8 @@ fn append(b: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32, data: &[u8]) -> 
     h.set_size(data.len() as u64);
     h.set_mode(mode);
     h.set_mtime(1);
+    h.set_uid(0);
+    h.set_gid(0);
     h.set_entry_type(tar::EntryType::Regular);
     b.append_data(&mut h, path, data)?;
     Ok(())
