@@ -107,6 +107,12 @@ pub struct Summary {
     pub digest_cpu_secs: Spread,
     /// The registry's CPU seconds per handoff.
     pub registry_cpu_secs: Spread,
+    /// MB/s of the plain files GET.
+    pub files_get_mb_per_s: Spread,
+    /// containerd's CPU seconds during the pull, shim way and registry way.
+    pub containerd_cpu_secs: [Spread; 2],
+    /// The forwarder's CPU seconds during the pull, shim way.
+    pub forwarder_cpu_secs: Spread,
 }
 
 impl Summary {
@@ -139,6 +145,21 @@ impl Summary {
             pull_over_files_get: pull_cpu_per_gib.median / files_get_cpu_per_gib.median,
             digest_cpu_secs: opt(|x| x.digest_cpu_secs),
             registry_cpu_secs: opt(|x| x.registry_cpu_secs),
+            files_get_mb_per_s: opt(|x| x.files_get_mb_per_s),
+            containerd_cpu_secs: [Way::Shim, Way::Registry].map(|w| {
+                Spread::of(
+                    h.iter()
+                        .filter(|x| x.way == w)
+                        .map(|x| x.containerd_cpu_secs)
+                        .collect(),
+                )
+            }),
+            forwarder_cpu_secs: Spread::of(
+                h.iter()
+                    .filter(|x| x.way == Way::Shim)
+                    .map(|x| x.forwarder_cpu_secs)
+                    .collect(),
+            ),
         }
     }
 }
@@ -232,7 +253,11 @@ fn costs(s: &Summary, m: &mut String) {
          | source shim CPU s per GiB, `GET /v1/files` of the same tree by the bench | {} | {} | |\n\
          | pull over files GET | {:.2}x | | <= 1.5x |\n\
          | source shim CPU s for the grant and the digest (once per tree) | {} | {} | |\n\
-         | the registry's CPU s per handoff (its two processes) | {} | {} | |\n",
+         | the registry's CPU s per handoff (its two processes) | {} | {} | |\n\
+         | the files GET's rate, MB/s | {:.0} | {:.0}-{:.0} | |\n\
+         | the forwarder's CPU s per pull | {} | {} | |\n\
+         | containerd's CPU s per pull, shim way | {} | {} | |\n\
+         | containerd's CPU s per pull, registry way | {} | {} | |\n",
         cpu(s.pull_cpu_per_gib.median),
         range(&s.pull_cpu_per_gib, &cpu),
         cpu(s.files_get_cpu_per_gib.median),
@@ -242,6 +267,15 @@ fn costs(s: &Summary, m: &mut String) {
         range(&s.digest_cpu_secs, &cpu),
         cpu(s.registry_cpu_secs.median),
         range(&s.registry_cpu_secs, &cpu),
+        s.files_get_mb_per_s.median,
+        s.files_get_mb_per_s.min,
+        s.files_get_mb_per_s.max,
+        cpu(s.forwarder_cpu_secs.median),
+        range(&s.forwarder_cpu_secs, &cpu),
+        cpu(s.containerd_cpu_secs[0].median),
+        range(&s.containerd_cpu_secs[0], &cpu),
+        cpu(s.containerd_cpu_secs[1].median),
+        range(&s.containerd_cpu_secs[1], &cpu),
     );
 }
 

@@ -121,6 +121,12 @@ pub struct Handoff {
     pub files_get_cpu_secs: Option<f64>,
     /// Registry way: CPU seconds of the registry's two processes during the handoff.
     pub registry_cpu_secs: Option<f64>,
+    /// Shim way: MB/s of the plain `GET /v1/files` (10^6 bytes per second).
+    pub files_get_mb_per_s: Option<f64>,
+    /// CPU seconds of the node's containerd while the consuming pod was created and pulled.
+    pub containerd_cpu_secs: f64,
+    /// CPU seconds of the node's forwarder meanwhile.
+    pub forwarder_cpu_secs: f64,
 }
 
 impl Handoff {
@@ -180,15 +186,18 @@ async fn shim_way(cx: &Ctx<'_>, dir: &str, consumer: &str) -> Result<Handoff> {
     let source = image_source::prepare(cx.rt, &from, cx.args.forwarder_port, GRANT_TTL).await?;
     let (prepared, cpu1) = (Instant::now(), p.cpu()?);
     let spec = consumer_spec(cx.args, consumer, &source.reference);
+    let node0 = node_cpu();
     let seen = async {
         image_source::create_pod(cx.rt, &spec, &source).await?;
         first_line(cx.rt, consumer).await
     }
     .await;
-    let (cpu2, io1) = (p.cpu()?, own_io()?);
+    let (cpu2, io1, node1) = (p.cpu()?, own_io()?, node_cpu());
     let _ = source.revoke().await;
     let seen = seen?;
+    let t = Instant::now();
     let (layer_bytes, get_cpu) = files_get(p, &format!("{dir}/rootfs/")).await?;
+    let get_secs = t.elapsed().as_secs_f64();
     Ok(Handoff {
         way: Way::Shim,
         round: 0,
@@ -205,6 +214,9 @@ async fn shim_way(cx: &Ctx<'_>, dir: &str, consumer: &str) -> Result<Handoff> {
         layer_bytes: Some(layer_bytes),
         files_get_cpu_secs: Some(get_cpu),
         registry_cpu_secs: None,
+        files_get_mb_per_s: Some(layer_bytes as f64 / get_secs / 1e6),
+        containerd_cpu_secs: node1.0 - node0.0,
+        forwarder_cpu_secs: node1.1 - node0.1,
     })
 }
 
@@ -216,10 +228,12 @@ async fn registry_way(cx: &Ctx<'_>, dir: &str, name: &str, consumer: &str) -> Re
     let digest = pushed_digest(&out)?;
     let pushed = Instant::now();
     let image = format!("{}/bench/{name}@{digest}", cx.registry.pull_addr);
+    let node0 = node_cpu();
     cx.rt
         .create(&consumer_spec(cx.args, consumer, &image))
         .await?;
     let seen = first_line(cx.rt, consumer).await?;
+    let node1 = node_cpu();
     Ok(Handoff {
         way: Way::Registry,
         round: 0,
@@ -236,7 +250,29 @@ async fn registry_way(cx: &Ctx<'_>, dir: &str, name: &str, consumer: &str) -> Re
         layer_bytes: None,
         files_get_cpu_secs: None,
         registry_cpu_secs: Some(cx.registry.cpu_secs() - reg0),
+        files_get_mb_per_s: None,
+        containerd_cpu_secs: node1.0 - node0.0,
+        forwarder_cpu_secs: node1.1 - node0.1,
     })
+}
+
+/// CPU seconds of this machine's containerd and forwarder processes (by their names in `/proc`).
+fn node_cpu() -> (f64, f64) {
+    let (mut containerd, mut forwarder) = (0.0, 0.0);
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        // The kernel keeps 15 bytes of a name: "stepshim-forward" is "stepshim-forwar".
+        let slot = match comm.trim_end() {
+            "containerd" => &mut containerd,
+            "stepshim-forwar" => &mut forwarder,
+            _ => continue,
+        };
+        *slot += fine_cpu_secs(pid).unwrap_or(0.0);
+    }
+    (containerd, forwarder)
 }
 
 /// What a build does today after writing its files: the tree as one layer on an empty OCI base,
