@@ -256,16 +256,31 @@ async fn registry_way(cx: &Ctx<'_>, dir: &str, name: &str, consumer: &str) -> Re
     })
 }
 
-/// CPU seconds of this machine's containerd and forwarder processes (by their names in `/proc`).
+/// CPU seconds of this machine's containerd and forwarder daemons, found by their names in
+/// `/proc`; a process whose parent has its name (a short-lived helper) is left out, so one that
+/// ends meanwhile cannot take its seconds away from the sum.
 fn node_cpu() -> (f64, f64) {
+    let comm = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(") ")?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
     let (mut containerd, mut forwarder) = (0.0, 0.0);
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let name = comm(pid);
+        if parent(pid).is_some_and(|pp| comm(pp) == name) {
+            continue;
+        }
         // The kernel keeps 15 bytes of a name: "stepshim-forward" is "stepshim-forwar".
-        let slot = match comm.trim_end() {
+        let slot = match name.trim_end() {
             "containerd" => &mut containerd,
             "stepshim-forwar" => &mut forwarder,
             _ => continue,
