@@ -84,7 +84,7 @@ impl Registry {
     pub fn cpu_secs(&self) -> f64 {
         self.children
             .iter()
-            .filter_map(|c| crate::procfs::fine_cpu_secs(c.id()))
+            .filter_map(|c| crate::procfs::cpu_secs(c.id()))
             .sum()
     }
 }

@@ -25,7 +25,7 @@ use super::artifacts_probe::sh;
 use super::images_consumer::{consumer_spec, first_line, forget_image};
 use super::images_registry::Registry;
 use crate::args::ClusterArgs;
-use crate::procfs::fine_cpu_secs;
+use crate::procfs::cpu_secs;
 
 /// Where the producing pod keeps its trees, the template they are copied from, and crane.
 pub const BUILD: &str = "/build";
@@ -71,8 +71,10 @@ pub struct Producer {
 }
 
 impl Producer {
+    /// Its shim's CPU seconds, from `/proc/PID/stat` (in ticks of 10 ms): unlike the sum over live
+    /// threads, it keeps the time of threads that ended (a transfer's).
     fn cpu(&self) -> Result<f64> {
-        fine_cpu_secs(self.pid).context("the producing pod's shim is gone")
+        cpu_secs(self.pid).context("the producing pod's shim is gone")
     }
 }
 
@@ -285,7 +287,7 @@ fn node_cpu() -> (f64, f64) {
             "stepshim-forwar" => &mut forwarder,
             _ => continue,
         };
-        *slot += fine_cpu_secs(pid).unwrap_or(0.0);
+        *slot += cpu_secs(pid).unwrap_or(0.0);
     }
     (containerd, forwarder)
 }
