@@ -259,7 +259,7 @@ async fn registry_way(cx: &Ctx<'_>, dir: &str, name: &str, consumer: &str) -> Re
 }
 
 /// CPU seconds of this machine's containerd and forwarder daemons, found by their names in
-/// `/proc`; a process whose parent has its name (a short-lived helper) is left out, so one that
+/// `/proc`; a process whose parent has its name (a short-lived child) is left out, so one that
 /// ends meanwhile cannot take its seconds away from the sum.
 fn node_cpu() -> (f64, f64) {
     let comm = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
