@@ -190,7 +190,11 @@ async fn shim_way(cx: &Ctx<'_>, dir: &str, consumer: &str) -> Result<Handoff> {
     let spec = consumer_spec(cx.args, consumer, &source.reference);
     let node0 = node_cpu();
     let seen = async {
-        image_source::create_pod(cx.rt, &spec, &source).await?;
+        let images = image_source::StepImages {
+            image: Some(source.clone()),
+            volumes: Vec::new(),
+        };
+        image_source::create_pod(cx.rt, &spec, &images).await?;
         first_line(cx.rt, consumer).await
     }
     .await;
