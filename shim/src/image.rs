@@ -19,7 +19,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use protocol::registry::{Reference, digest_string};
+use protocol::registry::Reference;
 use sha2::Digest;
 
 use crate::files::{ArchiveSource, Validator};
@@ -282,9 +282,4 @@ fn bytes_found(media_type: &str, data: Bytes) -> Found {
         len: data.len() as u64,
         content: Content::Bytes(data),
     }
-}
-
-/// `sha256:<hex>` for messages.
-fn shown(d: &[u8; 32]) -> String {
-    digest_string(d)
 }

@@ -90,7 +90,7 @@ async fn answering(rt: &Runtime, name: &str) -> Result<ShimClient> {
 
 /// Removes `image` from the node's containerd (`ctr images rm`, with `--containerd-sock`), so the
 /// trees of a long run do not pile up there; its content goes once its pod's containers are gone.
-/// Best effort: the next round's tree is new whether or not this worked.
+/// Best effort: the next handoff's tree is new whether or not this worked.
 pub async fn forget_image(args: &ClusterArgs, image: &str) {
     let Some(sock) = &args.containerd_sock else {
         return;

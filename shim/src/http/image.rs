@@ -67,7 +67,8 @@ impl Refusal {
 
 /// What a request names, owned so the blocking lookup can take it.
 enum Wanted {
-    Manifest(Option<String>, [u8; 32]),
+    Tag(String),
+    Manifest([u8; 32]),
     Blob([u8; 32]),
 }
 
@@ -106,7 +107,10 @@ async fn serve(
     }
     let (name, wanted) = match reg::parse(req.uri().path()).map_err(path_refusal)? {
         reg::Request::Base => return Ok(super::body::json(StatusCode::OK, &Empty {})),
-        reg::Request::Manifest { name, reference } => (name, owned(reference)),
+        reg::Request::Manifest { name, reference } => match reference {
+            Reference::Tag(t) => (name, Wanted::Tag(t.to_owned())),
+            Reference::Digest(d) => (name, Wanted::Manifest(d)),
+        },
         reg::Request::Blob { name, digest } => (name, Wanted::Blob(digest)),
     };
     let dir = directory(app, &granted, name)?;
@@ -127,8 +131,8 @@ async fn serve(
     let found = crate::blocking::run(move || {
         let dir = std::path::Path::new(&dir);
         match &wanted {
-            Wanted::Manifest(Some(tag), _) => a.images.manifest(dir, Reference::Tag(tag)),
-            Wanted::Manifest(None, d) => a.images.manifest(dir, Reference::Digest(*d)),
+            Wanted::Tag(tag) => a.images.manifest(dir, Reference::Tag(tag)),
+            Wanted::Manifest(d) => a.images.manifest(dir, Reference::Digest(*d)),
             Wanted::Blob(d) => a.images.blob(dir, d),
         }
     })
@@ -146,13 +150,6 @@ async fn serve(
 
 #[derive(serde::Serialize)]
 struct Empty {}
-
-fn owned(reference: Reference<'_>) -> Wanted {
-    match reference {
-        Reference::Tag(t) => Wanted::Manifest(Some(t.to_owned()), [0; 32]),
-        Reference::Digest(d) => Wanted::Manifest(None, d),
-    }
-}
 
 /// The grant whose token the request carries; the pod's own token is refused here.
 fn grant(app: &App, req: &Request<Incoming>) -> Result<Granted, Refusal> {
@@ -258,11 +255,10 @@ fn answer(
     head: bool,
     slot: Option<OwnedSemaphorePermit>,
 ) -> Response<Body> {
-    let body = match (found.content, slot) {
+    let body = match found.content {
         _ if head => full(Bytes::new()),
-        (Content::Bytes(b), _) => full(b),
-        (content, Some(slot)) => stream(app, content, found.digest, found.len, slot),
-        (_, None) => full(Bytes::new()),
+        Content::Bytes(b) => full(b),
+        content => stream(app, content, found.digest, found.len, slot),
     };
     let mut r = Response::new(body);
     let h = r.headers_mut();
@@ -276,13 +272,14 @@ fn answer(
     r
 }
 
-/// Streams a blob or layer from the blocking pool, holding the slot until it ends.
+/// Streams a blob or layer from the blocking pool, holding the slot (a blob `GET` always has
+/// one) until it ends.
 fn stream(
     app: &Arc<App>,
     content: Content,
     digest: [u8; 32],
     len: u64,
-    slot: OwnedSemaphorePermit,
+    slot: Option<OwnedSemaphorePermit>,
 ) -> Body {
     let (tx, rx) = mpsc::channel(2);
     let writer = ChannelWriter::new(tx.clone(), app.files.pace());

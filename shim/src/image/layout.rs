@@ -7,9 +7,11 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
 
 use bytes::Bytes;
-use protocol::registry::{self as reg, Descriptor, INDEX, Index, LATEST, Reference, SelfDescribed};
+use protocol::registry::{
+    self as reg, Descriptor, INDEX, Index, LATEST, Reference, SelfDescribed, digest_string,
+};
 
-use super::{Content, Found, ImageError, bytes_found, open_regular, read_small, sha256, shown};
+use super::{Content, Found, ImageError, bytes_found, open_regular, read_small, sha256};
 use crate::sys::fs as sysfs;
 
 /// The manifest `reference` names.
@@ -59,7 +61,7 @@ fn by_tag<'a>(index: &'a Index, tag: &str) -> Option<&'a Descriptor> {
 }
 
 fn by_digest<'a>(index: &'a Index, digest: &[u8; 32]) -> Option<&'a Descriptor> {
-    let want = shown(digest);
+    let want = digest_string(digest);
     index.manifests.iter().find(|d| d.digest == want)
 }
 
@@ -70,14 +72,14 @@ fn manifest_blob(
     digest: &[u8; 32],
     media_type: Option<&str>,
 ) -> Result<Found, ImageError> {
-    let unknown = || ImageError::ManifestUnknown(format!("no manifest {}", shown(digest)));
+    let unknown = || ImageError::ManifestUnknown(format!("no manifest {}", digest_string(digest)));
     let blobs = blobs_dir(dir)?.ok_or_else(unknown)?;
     let data =
         read_small(blobs.as_fd(), &hex(digest), reg::MAX_MANIFEST_BYTES)?.ok_or_else(unknown)?;
     if sha256(&data) != *digest {
         return Err(ImageError::ManifestUnknown(format!(
             "the blob stored as {} does not match its digest",
-            shown(digest)
+            digest_string(digest)
         )));
     }
     let own = serde_json::from_slice::<SelfDescribed>(&data).ok();
@@ -85,14 +87,14 @@ fn manifest_blob(
         .map(str::to_owned)
         .or_else(|| own.as_ref().and_then(|m| m.media_type().map(str::to_owned)))
         .ok_or_else(|| {
-            ImageError::ManifestUnknown(format!("{} is not a manifest", shown(digest)))
+            ImageError::ManifestUnknown(format!("{} is not a manifest", digest_string(digest)))
         })?;
     Ok(bytes_found(&media_type, Bytes::from(data)))
 }
 
 /// Blob `digest`, opened; the sender checks its content.
 pub(super) fn blob(dir: BorrowedFd<'_>, digest: &[u8; 32]) -> Result<Found, ImageError> {
-    let unknown = || ImageError::BlobUnknown(format!("no blob {}", shown(digest)));
+    let unknown = || ImageError::BlobUnknown(format!("no blob {}", digest_string(digest)));
     let blobs = blobs_dir(dir)?.ok_or_else(unknown)?;
     let (file, len) = open_regular(blobs.as_fd(), &hex(digest))?.ok_or_else(unknown)?;
     Ok(Found {
@@ -119,5 +121,5 @@ fn blobs_dir(dir: BorrowedFd<'_>) -> Result<Option<std::os::fd::OwnedFd>, ImageE
 }
 
 fn hex(d: &[u8; 32]) -> String {
-    shown(d)["sha256:".len()..].to_owned()
+    digest_string(d)["sha256:".len()..].to_owned()
 }

@@ -16,7 +16,7 @@ use protocol::registry::{
 };
 use sha2::Digest;
 
-use super::{Content, Found, ImageError, bytes_found, read_small, sha256, shown};
+use super::{Content, Found, ImageError, bytes_found, read_small, sha256};
 use crate::files::{ArchiveSource, FilesError, Validator, prepare_archive};
 
 /// The architecture of the images this shim makes: its own.
@@ -58,10 +58,14 @@ impl State {
 
 /// The archive of `dir/rootfs/` and its validator.
 fn archive(dir: &Path) -> Result<(ArchiveSource, Validator), ImageError> {
-    let path = format!("{}/rootfs/", dir.display());
-    let source = prepare_archive(&path).map_err(files_error)?;
+    let source = source(dir)?;
     let validator = source.validator().map_err(files_error)?;
     Ok((source, validator))
+}
+
+/// The archive of `dir/rootfs/`, looked up without walking the tree.
+fn source(dir: &Path) -> Result<ArchiveSource, ImageError> {
+    prepare_archive(&format!("{}/rootfs/", dir.display())).map_err(files_error)
 }
 
 fn files_error(e: FilesError) -> ImageError {
@@ -93,7 +97,9 @@ impl Built {
 
     /// Hashes the layer of `now` (the whole tree is read) and writes the config and manifest.
     pub(super) fn hash(now: &State) -> Result<Built, ImageError> {
-        let (source, _) = archive(&now.dir)?;
+        // A source of its own (writing consumes one); `now.validator` still says which tree it
+        // must be, so the tree is not walked again for it.
+        let source = source(&now.dir)?;
         let mut hasher = Hasher(sha2::Sha256::new(), 0);
         source
             .write_from(&mut hasher, 0, Some(&now.validator))
@@ -137,8 +143,8 @@ impl Built {
             ))),
             Reference::Digest(d) => Err(ImageError::ManifestUnknown(format!(
                 "no manifest {}: the image's is now {}",
-                shown(&d),
-                shown(&found.digest)
+                digest_string(&d),
+                digest_string(&found.digest)
             ))),
         }
     }
@@ -151,7 +157,7 @@ impl Built {
         if *digest != self.layer {
             return Err(ImageError::BlobUnknown(format!(
                 "no blob {} in this image",
-                shown(digest)
+                digest_string(digest)
             )));
         }
         Ok(Found {
