@@ -4,5 +4,6 @@
 #![allow(unused_imports)]
 
 pub mod artifacts;
+pub mod images;
 
 pub use test_support::*;
