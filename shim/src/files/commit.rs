@@ -97,7 +97,8 @@ impl Staged {
             sysfs::mkdir_at(staged.root.as_fd(), comp, 0o755).map_err(io)?;
             staged.root = sysfs::open_dir_at(staged.root.as_fd(), comp).map_err(io)?;
             if let Some(o) = owner {
-                give(&staged.root, o).map_err(|e| FilesError::io("changing the owner of", dir, e))?;
+                give(&staged.root, o)
+                    .map_err(|e| FilesError::io("changing the owner of", dir, e))?;
             }
         }
         if staged.missing.is_empty() {

@@ -46,7 +46,9 @@ pub(crate) fn remove(path: &Path) -> Result<(), FilesError> {
     let slash = path.as_os_str().as_encoded_bytes().ends_with(b"/");
     let removed = match kind {
         None => return Err(missing()),
-        Some(Kind::Symlink) if slash => return Err(invalid("is a symlink; name the real directory")),
+        Some(Kind::Symlink) if slash => {
+            return Err(invalid("is a symlink; name the real directory"));
+        }
         Some(Kind::Dir) => remove_tree_within(dir.as_fd(), last, MAX_DEPTH + 1),
         Some(_) if slash => return Err(invalid("is not a directory")),
         Some(_) => sysfs::unlink_at(dir.as_fd(), last, false),
