@@ -32,13 +32,13 @@ impl<'de> Deserialize<'de> for Owner {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Owner, A::Error> {
                 let (mut uid, mut gid) = (None, None);
                 while let Some(key) = map.next_key::<String>()? {
-                    let slot = match key.as_str() {
-                        "uid" => &mut uid,
-                        "gid" => &mut gid,
+                    let (slot, name) = match key.as_str() {
+                        "uid" => (&mut uid, FIELDS[0]),
+                        "gid" => (&mut gid, FIELDS[1]),
                         other => return Err(A::Error::unknown_field(other, FIELDS)),
                     };
                     if slot.replace(map.next_value::<u32>()?).is_some() {
-                        return Err(A::Error::custom(format_args!("duplicate field `{key}`")));
+                        return Err(A::Error::duplicate_field(name));
                     }
                 }
                 Ok(Owner {

@@ -51,8 +51,7 @@ pub(crate) fn permit(owner: Owner) -> Result<(), Error> {
         return Ok(());
     }
     Err(Error::OwnerNotPermitted(format!(
-        "owner {owner} not permitted: without CAP_CHOWN this shim may give only its own uid {} with one of its groups",
-        r.uid
+        "owner {owner}: without CAP_CHOWN only the shim's own uid and groups"
     )))
 }
 
