@@ -19,6 +19,7 @@
 //! - `stdin`: offset-idempotent stdin writes.
 //! - `files`: tar extraction (hostile input) and archiving.
 //! - `grants`, `pull`: artifacts between shims: read grants on a source, pulls on a destination.
+//! - `properties`: the pod's name to value store, in memory only.
 //! - `http`: connections, auth, routing and handlers; `auth`, `metrics`, `error` serve it.
 //! - `order`: the shim's sorts, through one instantiation; `blocking`: work off the runtime
 //!   thread, through one task type.
@@ -50,6 +51,7 @@ mod oom;
 mod order;
 mod output_log;
 mod proc;
+mod properties;
 mod pull;
 mod pump;
 mod reaper;
