@@ -43,6 +43,8 @@ pub enum ErrorCode {
     Unauthorized,
     /// 403: a grant token used outside its grant (another route, a path outside its prefix).
     Forbidden,
+    /// 403: an `owner` of an upload or pull that this shim may not give (no `CAP_CHOWN`).
+    OwnerNotPermitted,
     /// 404: no grant or pull with that id.
     NotFound,
     /// 412: a resumed `GET /v1/files` whose tree changed since the stream began.
@@ -96,6 +98,7 @@ impl ErrorCode {
             InvalidTar,
             Unauthorized,
             Forbidden,
+            OwnerNotPermitted,
             NotFound,
             PreconditionFailed,
             NoRoute,
@@ -137,6 +140,7 @@ impl ErrorCode {
             InvalidTar => "invalid_tar",
             Unauthorized => "unauthorized",
             Forbidden => "forbidden",
+            OwnerNotPermitted => "owner_not_permitted",
             NotFound => "not_found",
             PreconditionFailed => "precondition_failed",
             NoRoute => "no_route",
@@ -165,7 +169,7 @@ impl ErrorCode {
             BadRequest | InvalidJson | InvalidSpec | InvalidId | InvalidOffset | InvalidSignal
             | InvalidPath | InvalidTar => 400,
             Unauthorized => 401,
-            Forbidden => 403,
+            Forbidden | OwnerNotPermitted => 403,
             NoRoute | ProcessNotFound | FileNotFound | NotFound => 404,
             MethodNotAllowed => 405,
             SpecConflict | StillRunning | NotRunning | NoTty | NoStdin | StdinGap | StdinClosed => {
