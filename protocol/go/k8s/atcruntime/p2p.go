@@ -24,6 +24,7 @@ import (
 	"net/url"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	shim "stepshim.dev/protocol/go"
@@ -143,7 +144,7 @@ func (s *volumeStore) copyLimited(ctx context.Context, srcPod, src string, dst p
 		if err != nil {
 			return err
 		}
-		n, _, err := c.FilesLength(ctx, src+"/")
+		n, _, err := c.FilesLength(ctx, contents(src))
 		if err != nil {
 			return fmt.Errorf("atcruntime: p2p source %s:%s: %w", srcPod, src, err)
 		}
@@ -182,7 +183,7 @@ func (s *volumeStore) copy(ctx context.Context, srcPod, src, dstPod, dst string,
 	if err != nil {
 		return err
 	}
-	spec := shim.PullSpec{Source: source, SourcePin: pin, Path: src + "/", Token: token, Target: dst}
+	spec := shim.PullSpec{Source: source, SourcePin: pin, Path: contents(src), Token: token, Target: dst}
 	if _, _, err := dc.Pull(ctx, id, spec, 0); err != nil {
 		return fmt.Errorf("atcruntime: pull into %s:%s: %w", dstPod, dst, err)
 	}
@@ -213,6 +214,14 @@ func waitPull(ctx context.Context, c *shim.Client, id string, lim p2pTarget) err
 			return fmt.Errorf("atcruntime: pull %s:%s into %s failed: %s", p.Source, p.Path, p.Target, p.Error)
 		}
 	}
+}
+
+// contents is the files path of dir's contents (a trailing "/").
+func contents(dir string) string {
+	if strings.HasSuffix(dir, "/") {
+		return dir
+	}
+	return dir + "/"
 }
 
 func pullID() (string, error) {

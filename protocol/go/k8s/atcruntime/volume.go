@@ -24,6 +24,7 @@ import (
 
 // kitPods is what volumes need of the Go kit's worker; *k8s.Worker has all of it.
 type kitPods interface {
+	Name() string
 	Namespace() string
 	Token(pod string) string
 	Connect(ctx context.Context, pod string) (*shim.Client, error)
