@@ -163,9 +163,6 @@ func (w *Worker) changes() <-chan struct{} {
 // Namespace is the namespace of the worker's pods.
 func (w *Worker) Namespace() string { return w.namespace }
 
-// Name is the worker's name (Config.Worker).
-func (w *Worker) Name() string { return w.worker }
-
 // Token is the bearer token of the worker's pod name.
 func (w *Worker) Token(pod string) string { return w.key.Token(w.namespace, pod) }
 
