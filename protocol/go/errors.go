@@ -40,6 +40,7 @@ const (
 	CodeUnavailable        = "unavailable"
 	// Artifacts (PROTOCOL.md 4.8.1, 4.10, 4.11).
 	CodeForbidden          = "forbidden"
+	CodeOwnerNotPermitted  = "owner_not_permitted"
 	CodeNotFound           = "not_found"
 	CodePreconditionFailed = "precondition_failed"
 	// Properties (PROTOCOL.md 4.13).

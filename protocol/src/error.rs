@@ -46,6 +46,8 @@ pub enum ErrorCode {
     Unauthorized,
     /// 403: a grant token used outside its grant (another route, a path outside its prefix).
     Forbidden,
+    /// 403: an `owner` of an upload or pull that this shim may not give (no `CAP_CHOWN`).
+    OwnerNotPermitted,
     /// 404: no grant or pull with that id.
     NotFound,
     /// 412: a resumed `GET /v1/files` whose tree changed since the stream began.
@@ -102,6 +104,7 @@ impl ErrorCode {
             InvalidProperty,
             Unauthorized,
             Forbidden,
+            OwnerNotPermitted,
             NotFound,
             PreconditionFailed,
             NoRoute,
@@ -145,6 +148,7 @@ impl ErrorCode {
             InvalidProperty => "invalid_property",
             Unauthorized => "unauthorized",
             Forbidden => "forbidden",
+            OwnerNotPermitted => "owner_not_permitted",
             NotFound => "not_found",
             PreconditionFailed => "precondition_failed",
             NoRoute => "no_route",
@@ -174,7 +178,7 @@ impl ErrorCode {
             BadRequest | InvalidJson | InvalidSpec | InvalidId | InvalidOffset | InvalidSignal
             | InvalidPath | InvalidTar | InvalidProperty => 400,
             Unauthorized => 401,
-            Forbidden => 403,
+            Forbidden | OwnerNotPermitted => 403,
             NoRoute | ProcessNotFound | FileNotFound | NotFound => 404,
             MethodNotAllowed => 405,
             SpecConflict | StillRunning | NotRunning | NoTty | NoStdin | StdinGap | StdinClosed
