@@ -163,6 +163,14 @@ func (w *Worker) changes() <-chan struct{} {
 // Namespace is the namespace of the worker's pods.
 func (w *Worker) Namespace() string { return w.namespace }
 
+// Name is the worker's name (Config.Worker).
+func (w *Worker) Name() string { return w.worker }
+
+// Changes is a channel closed at the next event the informer delivers for any pod of the worker
+// (added, updated, deleted, or a relist): take it, read the cache (Get, List), then wait on it, so
+// that no change between the read and the wait is missed.
+func (w *Worker) Changes() <-chan struct{} { return w.changes() }
+
 // Token is the bearer token of the worker's pod name.
 func (w *Worker) Token(pod string) string { return w.key.Token(w.namespace, pod) }
 
