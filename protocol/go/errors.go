@@ -43,6 +43,9 @@ const (
 	CodeOwnerNotPermitted  = "owner_not_permitted"
 	CodeNotFound           = "not_found"
 	CodePreconditionFailed = "precondition_failed"
+	// Properties (PROTOCOL.md 4.13).
+	CodeInvalidProperty = "invalid_property"
+	CodePropertiesFull  = "properties_full"
 )
 
 // ErrExecutableNotFound matches (with errors.Is) the shim's 422 executable_not_found: the path of a
