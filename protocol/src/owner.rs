@@ -64,8 +64,23 @@ mod tests {
         let max = Owner::parse("4294967294:4294967294").map(|o| o.to_string());
         assert_eq!(max.as_deref(), Some("4294967294:4294967294"));
         for bad in [
-            "", ":", "1000", "1000:", ":1000", "-1:0", "+1:0", "1:2:3", " 1:2", "1:2 ", "1.0:2",
-            "4294967295:0", "0:4294967295", "4294967296:0", "00000000001:1", "a:b", "１:2",
+            "",
+            ":",
+            "1000",
+            "1000:",
+            ":1000",
+            "-1:0",
+            "+1:0",
+            "1:2:3",
+            " 1:2",
+            "1:2 ",
+            "1.0:2",
+            "4294967295:0",
+            "0:4294967295",
+            "4294967296:0",
+            "00000000001:1",
+            "a:b",
+            "１:2",
         ] {
             assert_eq!(Owner::parse(bad), None, "{bad:?}");
         }
@@ -76,7 +91,12 @@ mod tests {
         let o: Owner = serde_json::from_str(r#"{"uid":1,"gid":2}"#).unwrap();
         assert_eq!(o, Owner { uid: 1, gid: 2 });
         assert_eq!(serde_json::to_string(&o).unwrap(), r#"{"uid":1,"gid":2}"#);
-        for bad in [r#"[1,2]"#, r#"{"uid":1}"#, r#"{"uid":1,"gid":2,"x":3}"#, r#"{"uid":-1,"gid":2}"#] {
+        for bad in [
+            r#"[1,2]"#,
+            r#"{"uid":1}"#,
+            r#"{"uid":1,"gid":2,"x":3}"#,
+            r#"{"uid":-1,"gid":2}"#,
+        ] {
             assert!(serde_json::from_str::<Owner>(bad).is_err(), "{bad}");
         }
     }

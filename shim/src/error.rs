@@ -116,6 +116,9 @@ pub(crate) enum Error {
     /// The request's credentials (a grant token) do not allow it.
     #[error("{0}")]
     Forbidden(String),
+    /// An upload's or pull's `owner` that this shim may not give (no `CAP_CHOWN`).
+    #[error("{0}")]
+    OwnerNotPermitted(String),
     /// A grant token that is expired, used up or revoked.
     #[error("{0}")]
     GrantInvalid(String),
@@ -172,6 +175,7 @@ impl Error {
             TreeChanged(_) => ErrorCode::PreconditionFailed,
             StreamOffset { .. } => ErrorCode::InvalidOffset,
             Forbidden(_) => ErrorCode::Forbidden,
+            OwnerNotPermitted(_) => ErrorCode::OwnerNotPermitted,
             GrantInvalid(_) => ErrorCode::Unauthorized,
             NotFound(_) => ErrorCode::NotFound,
             PullConflict(_) => ErrorCode::SpecConflict,
