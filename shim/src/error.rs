@@ -128,6 +128,12 @@ pub(crate) enum Error {
     /// No grant or pull with this id.
     #[error("{0}")]
     NotFound(String),
+    /// A property name or value the protocol does not allow.
+    #[error("{0}")]
+    InvalidProperty(String),
+    /// The properties store is full by count or bytes.
+    #[error("{0}")]
+    PropertiesFull(String),
     /// The shim failed; `context` says at what, the source stays in the shim's log.
     #[error("internal error: {context}")]
     Internal {
@@ -179,6 +185,8 @@ impl Error {
             GrantInvalid(_) => ErrorCode::Unauthorized,
             NotFound(_) => ErrorCode::NotFound,
             PullConflict(_) => ErrorCode::SpecConflict,
+            InvalidProperty(_) => ErrorCode::InvalidProperty,
+            PropertiesFull(_) => ErrorCode::PropertiesFull,
         }
     }
 

@@ -20,6 +20,7 @@
 //! - `files`: tar extraction (hostile input) and archiving.
 //! - `grants`, `pull`: artifacts between shims: read grants on a source, pulls on a destination.
 //! - `owners`: which owners an upload or a pull may give (`CAP_CHOWN`, or the shim's own ids).
+//! - `properties`: the pod's name to value store, in memory only.
 //! - `http`: connections, auth, routing and handlers; `auth`, `metrics`, `error` serve it.
 //! - `order`: the shim's sorts, through one instantiation; `blocking`: work off the runtime
 //!   thread, through one task type.
@@ -52,6 +53,7 @@ mod order;
 mod output_log;
 mod owners;
 mod proc;
+mod properties;
 mod pull;
 mod pump;
 mod reaper;
