@@ -308,6 +308,15 @@ mod tests {
                 .unwrap()
                 .contains("- pods/proxy")
         );
+        let policies = plain
+            .iter()
+            .find(|r| r.resources.as_deref() == Some(&["networkpolicies".to_owned()][..]))
+            .expect("a networkpolicies rule");
+        assert_eq!(
+            policies.api_groups.as_deref(),
+            Some(&["networking.k8s.io".to_owned()][..])
+        );
+        assert_eq!(policies.verbs, ["list", "create", "patch", "delete"]);
         let cm = shim_configmap("stepshim", "steps", vec![0, 1, 2, 255]).unwrap();
         assert!(cm.contains("binaryData") && cm.contains("stepshim: AAEC/w=="));
     }
