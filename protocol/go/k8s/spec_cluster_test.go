@@ -20,7 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-func okSpec(format string, args ...any) { fmt.Printf("80-step-spec: ok: go kit: "+format+"\n", args...) }
+func okSpec(format string, args ...any) {
+	fmt.Printf("80-step-spec: ok: go kit: "+format+"\n", args...)
+}
 
 func TestKitStepSpec(t *testing.T) {
 	e := readEnv(t)
