@@ -8,6 +8,8 @@
 //! - [`process`]: the process routes: spawn, status, wait, stdin, signals, resize, delete, output
 //!   (a second `impl ShimClient`).
 //! - [`artifacts`]: grants, pulls and the resumable files stream (another `impl ShimClient`).
+//! - `files`: uploads with an owner and removals (another `impl ShimClient`).
+//! - [`properties`]: the pod's properties store (another `impl ShimClient`).
 //! - [`images`]: the digest of an image the shim serves under `/v2/` (another `impl ShimClient`).
 //! - [`stream`]: a connection, plain or TLS with the shim's key pinned (PROTOCOL.md 1.1).
 //! - [`transport`]: how a request reaches the shim: the [`Transport`] trait and the direct pool.
@@ -19,11 +21,13 @@
 
 mod artifacts;
 mod error;
+mod files;
 pub mod h1;
 mod images;
 pub mod local;
 mod output;
 mod process;
+mod properties;
 mod stream;
 pub mod transport;
 

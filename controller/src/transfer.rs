@@ -163,6 +163,7 @@ pub async fn pull(
         sha256: None,
         // Through the controller is the fallback: learn soon when the source is out of reach.
         connect_retries: Some(CONNECT_RETRIES),
+        owner: None,
     };
     let result = async {
         let mut status = dst.pull(id, &spec, Some(60)).await?;

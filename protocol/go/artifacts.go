@@ -64,6 +64,9 @@ type PullSpec struct {
 	// most 3 attempts) before the source first answers (at most the shim's STEPSHIM_PULL_RETRIES,
 	// its default).
 	ConnectRetries *uint32 `json:"connect_retries,omitempty"`
+	// Owner, when set, owns every pulled entry and every directory the pull creates, as
+	// PutFilesAs.
+	Owner *Owner `json:"owner,omitempty"`
 }
 
 // Pull states.

@@ -40,8 +40,12 @@ const (
 	CodeUnavailable        = "unavailable"
 	// Artifacts (PROTOCOL.md 4.8.1, 4.10, 4.11).
 	CodeForbidden          = "forbidden"
+	CodeOwnerNotPermitted  = "owner_not_permitted"
 	CodeNotFound           = "not_found"
 	CodePreconditionFailed = "precondition_failed"
+	// Properties (PROTOCOL.md 4.13).
+	CodeInvalidProperty = "invalid_property"
+	CodePropertiesFull  = "properties_full"
 )
 
 // ErrExecutableNotFound matches (with errors.Is) the shim's 422 executable_not_found: the path of a

@@ -7,12 +7,37 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 )
+
+// Owner is a numeric owner given to every entry of an upload or a pull (PROTOCOL.md 4.8, 4.11):
+// on the wire "UID:GID" in a query, {"uid":N,"gid":N} in JSON.
+type Owner struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+}
+
+// String is the query form, "UID:GID".
+func (o Owner) String() string {
+	return strconv.FormatUint(uint64(o.UID), 10) + ":" + strconv.FormatUint(uint64(o.GID), 10)
+}
 
 // PutFiles extracts the tar stream r (uncompressed ustar, GNU or pax) under the absolute directory
 // dir, creating it if missing. A hostile entry fails the request with 400 invalid_tar.
 func (c *Client) PutFiles(ctx context.Context, dir string, r io.Reader) error {
-	req, err := c.request(ctx, http.MethodPut, "/v1/files", url.Values{"path": {dir}}, r)
+	return c.PutFilesAs(ctx, dir, nil, r)
+}
+
+// PutFilesAs is PutFiles with every extracted entry, and every directory the upload creates (dir
+// too when it did not exist), owned by owner instead of the tar's owners; nil is PutFiles. An owner
+// this shim may not give (a shim without CAP_CHOWN giving another user) is 403 owner_not_permitted
+// and nothing is written.
+func (c *Client) PutFilesAs(ctx context.Context, dir string, owner *Owner, r io.Reader) error {
+	q := url.Values{"path": {dir}}
+	if owner != nil {
+		q.Set("owner", owner.String())
+	}
+	req, err := c.request(ctx, http.MethodPut, "/v1/files", q, r)
 	if err != nil {
 		return err
 	}
@@ -24,6 +49,14 @@ func (c *Client) PutFiles(ctx context.Context, dir string, r io.Reader) error {
 	defer resp.Body.Close()
 	c.drain(resp)
 	return nil
+}
+
+// RemoveFiles removes path, a file, a symlink (itself, never its target) or a whole directory
+// tree, without following any symlink (PROTOCOL.md 4.8.2). A missing path is 404 file_not_found
+// (IsNotFound); a path with a symlink among its components, or "/", is 400 invalid_path.
+func (c *Client) RemoveFiles(ctx context.Context, path string) error {
+	_, err := c.doJSON(ctx, http.MethodDelete, "/v1/files", url.Values{"path": {path}}, nil, nil)
+	return err
 }
 
 // GetFiles writes a tar stream of path to w: of a directory's contents (paths "./a", ...) if path

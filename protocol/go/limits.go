@@ -92,12 +92,17 @@ func (b *guardedBody) stalled(err error) error {
 
 // readWhole reads resp's body within c's size and time bounds.
 func (c *Client) readWhole(resp *http.Response, what string) ([]byte, error) {
+	return c.readWholeUpTo(resp, what, c.maxAnswer())
+}
+
+// readWholeUpTo is readWhole with another bound than Client.MaxAnswerBytes.
+func (c *Client) readWholeUpTo(resp *http.Response, what string, limit int64) ([]byte, error) {
 	body, ok := resp.Body.(*guardedBody)
 	if !ok {
-		return readLimited(resp.Body, resp.ContentLength, c.maxAnswer(), what)
+		return readLimited(resp.Body, resp.ContentLength, limit, what)
 	}
 	defer body.deadline(c.answerTimeout(), what)()
-	b, err := readLimited(body, resp.ContentLength, c.maxAnswer(), what)
+	b, err := readLimited(body, resp.ContentLength, limit, what)
 	return b, body.stalled(err)
 }
 

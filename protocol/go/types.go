@@ -50,6 +50,9 @@ type Exit struct {
 	Status int `json:"status"`
 	// Reason is a cause the status does not tell, when the shim knows one: "oom_kill".
 	Reason string `json:"reason,omitempty"`
+	// OOMKilled is true when the kernel's out-of-memory killer killed the process (Reason is
+	// "oom_kill"); PROTOCOL.md 4.3 gives the rule and its limits. An older shim never sets it.
+	OOMKilled bool `json:"oom_killed"`
 }
 
 // Process states.

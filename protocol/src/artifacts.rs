@@ -92,6 +92,10 @@ pub struct PullSpec {
     /// be reached. Once the source has answered, the shim's setting applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_retries: Option<u32>,
+    /// The owner of every pulled entry and every directory the pull creates (PROTOCOL.md 4.8.3);
+    /// absent: owners as an upload without `owner` gets them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<crate::owner::Owner>,
 }
 object_only!(PullSpec);
 

@@ -39,10 +39,15 @@ pub enum ErrorCode {
     InvalidPath,
     /// 400: a tar stream that is corrupt or has an entry escaping the target directory.
     InvalidTar,
+    /// 400: a property name outside `[A-Za-z0-9._:-]` or over the length limit, or a value that is
+    /// not UTF-8 (4.13).
+    InvalidProperty,
     /// 401: missing or wrong bearer token.
     Unauthorized,
     /// 403: a grant token used outside its grant (another route, a path outside its prefix).
     Forbidden,
+    /// 403: an `owner` of an upload or pull that this shim may not give (no `CAP_CHOWN`).
+    OwnerNotPermitted,
     /// 404: no grant or pull with that id.
     NotFound,
     /// 412: a resumed `GET /v1/files` whose tree changed since the stream began.
@@ -69,6 +74,8 @@ pub enum ErrorCode {
     StdinGap,
     /// 409: new stdin bytes after EOF.
     StdinClosed,
+    /// 409: a new property or a larger value past the store's count or byte limit (4.13).
+    PropertiesFull,
     /// 413: the request body is too large.
     BodyTooLarge,
     /// 422: the executable does not exist or cannot be executed; nothing was recorded.
@@ -94,8 +101,10 @@ impl ErrorCode {
             InvalidSignal,
             InvalidPath,
             InvalidTar,
+            InvalidProperty,
             Unauthorized,
             Forbidden,
+            OwnerNotPermitted,
             NotFound,
             PreconditionFailed,
             NoRoute,
@@ -109,6 +118,7 @@ impl ErrorCode {
             NoStdin,
             StdinGap,
             StdinClosed,
+            PropertiesFull,
             BodyTooLarge,
             ExecutableNotFound,
             InvalidSpawn,
@@ -135,8 +145,10 @@ impl ErrorCode {
             InvalidSignal => "invalid_signal",
             InvalidPath => "invalid_path",
             InvalidTar => "invalid_tar",
+            InvalidProperty => "invalid_property",
             Unauthorized => "unauthorized",
             Forbidden => "forbidden",
+            OwnerNotPermitted => "owner_not_permitted",
             NotFound => "not_found",
             PreconditionFailed => "precondition_failed",
             NoRoute => "no_route",
@@ -150,6 +162,7 @@ impl ErrorCode {
             NoStdin => "no_stdin",
             StdinGap => "stdin_gap",
             StdinClosed => "stdin_closed",
+            PropertiesFull => "properties_full",
             BodyTooLarge => "body_too_large",
             ExecutableNotFound => "executable_not_found",
             InvalidSpawn => "invalid_spawn",
@@ -163,14 +176,13 @@ impl ErrorCode {
         use ErrorCode::*;
         match self {
             BadRequest | InvalidJson | InvalidSpec | InvalidId | InvalidOffset | InvalidSignal
-            | InvalidPath | InvalidTar => 400,
+            | InvalidPath | InvalidTar | InvalidProperty => 400,
             Unauthorized => 401,
-            Forbidden => 403,
+            Forbidden | OwnerNotPermitted => 403,
             NoRoute | ProcessNotFound | FileNotFound | NotFound => 404,
             MethodNotAllowed => 405,
-            SpecConflict | StillRunning | NotRunning | NoTty | NoStdin | StdinGap | StdinClosed => {
-                409
-            }
+            SpecConflict | StillRunning | NotRunning | NoTty | NoStdin | StdinGap | StdinClosed
+            | PropertiesFull => 409,
             BodyTooLarge => 413,
             ExecutableNotFound | InvalidSpawn => 422,
             PreconditionFailed => 412,

@@ -10,6 +10,7 @@
 //! - [`error`]: error bodies and the error codes with their HTTP statuses.
 //! - [`http1`]: the HTTP/1.1 answer reader (status, headers, then the body by length, chunks or
 //!   until the close), fed bytes by the client, the shim's pulls and the tests.
+//! - [`owner`]: the owner an upload or a pull gives what it writes (`UID:GID`).
 //! - [`routes`]: route paths, query string parsing and the process id syntax.
 //! - [`query`]: query parameter names.
 //! - [`settings`]: `STEPSHIM_*` names, the port and the probe path.
@@ -24,6 +25,7 @@ pub mod forward;
 pub mod frame;
 pub mod http1;
 mod object;
+pub mod owner;
 pub mod query;
 pub mod registry;
 pub mod routes;

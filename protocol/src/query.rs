@@ -13,6 +13,8 @@ pub const FORCE: &str = "force";
 pub const WAIT: &str = "wait";
 /// Files: the directory or path.
 pub const PATH: &str = "path";
+/// Files: the owner (`UID:GID`) an upload gives every entry it writes.
+pub const OWNER: &str = "owner";
 /// Files: the ETag a resumed `GET` must match (the query form of `If-Match`).
 pub const ETAG: &str = "etag";
 /// The value of a flag that is on.

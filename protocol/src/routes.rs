@@ -13,6 +13,8 @@ pub const INFO: &str = "/v1/info";
 pub const PROCESSES: &str = "/v1/processes";
 /// `PUT` (tar in) and `GET` (tar out), with `?path=`.
 pub const FILES: &str = "/v1/files";
+/// `GET`: every property of the pod; `/v1/properties/{name}` sets (`PUT`) and deletes one.
+pub const PROPERTIES: &str = "/v1/properties";
 
 /// Longest process id.
 pub const MAX_ID_LEN: usize = 128;
@@ -48,6 +50,10 @@ pub enum Route<'a> {
     Pulls,
     /// `/v1/pulls/{id}`
     Pull(&'a str),
+    /// `/v1/properties`
+    Properties,
+    /// `/v1/properties/{name}` (the name's characters already checked, its length not)
+    Property(&'a str),
     /// `/v2/` and below: images (the path is parsed by [`crate::registry::parse`]).
     Registry,
 }
@@ -59,6 +65,8 @@ pub enum RouteError {
     NotFound,
     /// A process route whose id is not `[A-Za-z0-9._-]{1,128}`.
     InvalidId,
+    /// A property route whose name is not `[A-Za-z0-9._:-]+` (or is `.` or `..`).
+    InvalidName,
 }
 
 impl<'a> Route<'a> {
@@ -72,7 +80,15 @@ impl<'a> Route<'a> {
             FILES => return Ok(Route::Files),
             crate::artifacts::GRANTS => return Ok(Route::Grants),
             crate::artifacts::PULLS => return Ok(Route::Pulls),
+            PROPERTIES => return Ok(Route::Properties),
             _ => {}
+        }
+        if let Some(name) = path.strip_prefix("/v1/properties/") {
+            return if valid_property_name(name) {
+                Ok(Route::Property(name))
+            } else {
+                Err(RouteError::InvalidName)
+            };
         }
         if path == "/v2" || path.starts_with(crate::registry::PREFIX) {
             return Ok(Route::Registry);
@@ -126,6 +142,7 @@ impl<'a> Route<'a> {
             Route::Files => "files",
             Route::Grants | Route::Grant(_) => "grants",
             Route::Pulls | Route::Pull(_) => "pulls",
+            Route::Properties | Route::Property(_) => "properties",
             Route::Registry => "registry",
         }
     }
@@ -140,6 +157,23 @@ pub fn valid_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Whether `name` is a property name as far as its characters go: `[A-Za-z0-9._:-]+`, not `.` or
+/// `..` (none needs escaping in a path). Its length is a setting of the shim
+/// (`STEPSHIM_PROPERTIES_MAX_NAME_BYTES`), checked there.
+pub fn valid_property_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':'))
+}
+
+/// `/v1/properties/{name}`
+pub fn property_path(name: &str) -> String {
+    format!("{PROPERTIES}/{name}")
 }
 
 /// `/v1/processes/{id}`
@@ -227,6 +261,18 @@ mod tests {
         // Everything under /v2/ is the image routes' (4.12), which answer 404 themselves.
         assert_eq!(Route::parse("/v2/info"), Ok(Route::Registry));
         assert_eq!(Route::parse("/v3/info"), Err(RouteError::NotFound));
+        assert_eq!(Route::parse("/v1/properties"), Ok(Route::Properties));
+        assert_eq!(
+            Route::parse("/v1/properties/concourse:resource-result"),
+            Ok(Route::Property("concourse:resource-result"))
+        );
+        for bad in ["", ".", "..", "a/b", "a%3Ab", "a b", "ü", "a?"] {
+            assert_eq!(
+                Route::parse(&format!("/v1/properties/{bad}")),
+                Err(RouteError::InvalidName),
+                "{bad:?}"
+            );
+        }
         let long = "a".repeat(129);
         assert_eq!(
             Route::parse(&format!("/v1/processes/{long}")),

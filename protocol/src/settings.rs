@@ -97,6 +97,14 @@ settings! {
     /// Retries (connection attempts after the first) in a row without progress before a pull
     /// fails.
     PULL_RETRIES = "STEPSHIM_PULL_RETRIES", "--pull-retries", "8";
+    /// Properties kept at once (PROTOCOL.md 4.13).
+    PROPERTIES_MAX_COUNT = "STEPSHIM_PROPERTIES_MAX_COUNT", "--properties-max-count", "256";
+    /// Bytes of one property name.
+    PROPERTIES_MAX_NAME_BYTES = "STEPSHIM_PROPERTIES_MAX_NAME_BYTES", "--properties-max-name-bytes", "255";
+    /// Bytes of one property value.
+    PROPERTIES_MAX_VALUE_BYTES = "STEPSHIM_PROPERTIES_MAX_VALUE_BYTES", "--properties-max-value-bytes", "1048576";
+    /// Bytes of every property's name and value together.
+    PROPERTIES_MAX_BYTES = "STEPSHIM_PROPERTIES_MAX_BYTES", "--properties-max-bytes", "4194304";
 }
 
 /// The setting of a variable name.

@@ -68,6 +68,10 @@ pub struct Exit {
     /// Why the process ended, when the shim knows more than the status says (an OOM kill).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<ExitReason>,
+    /// Whether the kernel's out-of-memory killer killed it: `reason` is `oom_kill` (PROTOCOL.md 4.3).
+    /// Absent from an older shim's answers, which read as `false`.
+    #[serde(default)]
+    pub oom_killed: bool,
 }
 
 /// A cause of death the shim could establish beyond the status.
@@ -87,6 +91,7 @@ impl Exit {
             signal: None,
             status: code,
             reason: None,
+            oom_killed: false,
         }
     }
 
@@ -97,6 +102,7 @@ impl Exit {
             signal: Some(sig),
             status: 128 + sig,
             reason: None,
+            oom_killed: false,
         }
     }
 }

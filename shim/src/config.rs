@@ -54,6 +54,8 @@ pub struct Config {
     pub(crate) files: FilesSettings,
     /// Caps of grants and pulls.
     pub(crate) artifacts: ArtifactsSettings,
+    /// Caps of the properties store (`STEPSHIM_PROPERTIES_*`, PROTOCOL.md 4.13).
+    pub(crate) properties: crate::properties::Limits,
 }
 
 /// Caps of grants and pulls (PROTOCOL.md 4.9, 4.10 and 7).
@@ -208,6 +210,12 @@ impl Config {
                 max_grants: v.ranged(S::MAX_GRANTS, 1, 1 << 16)? as usize,
                 max_pulls: v.ranged(S::MAX_PULLS, 1, 1024)? as usize,
                 pull_retries: v.ranged(S::PULL_RETRIES, 0, 1000)? as u32,
+            },
+            properties: crate::properties::Limits {
+                max_count: v.ranged(S::PROPERTIES_MAX_COUNT, 1, 1 << 16)? as usize,
+                max_name_bytes: v.ranged(S::PROPERTIES_MAX_NAME_BYTES, 1, 4096)? as usize,
+                max_value_bytes: v.ranged(S::PROPERTIES_MAX_VALUE_BYTES, 1, 1 << 30)? as usize,
+                max_bytes: v.ranged(S::PROPERTIES_MAX_BYTES, 1, 1 << 32)? as usize,
             },
         })
     }

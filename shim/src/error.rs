@@ -116,6 +116,9 @@ pub(crate) enum Error {
     /// The request's credentials (a grant token) do not allow it.
     #[error("{0}")]
     Forbidden(String),
+    /// An upload's or pull's `owner` that this shim may not give (no `CAP_CHOWN`).
+    #[error("{0}")]
+    OwnerNotPermitted(String),
     /// A grant token that is expired, used up or revoked.
     #[error("{0}")]
     GrantInvalid(String),
@@ -125,6 +128,12 @@ pub(crate) enum Error {
     /// No grant or pull with this id.
     #[error("{0}")]
     NotFound(String),
+    /// A property name or value the protocol does not allow.
+    #[error("{0}")]
+    InvalidProperty(String),
+    /// The properties store is full by count or bytes.
+    #[error("{0}")]
+    PropertiesFull(String),
     /// The shim failed; `context` says at what, the source stays in the shim's log.
     #[error("internal error: {context}")]
     Internal {
@@ -172,9 +181,12 @@ impl Error {
             TreeChanged(_) => ErrorCode::PreconditionFailed,
             StreamOffset { .. } => ErrorCode::InvalidOffset,
             Forbidden(_) => ErrorCode::Forbidden,
+            OwnerNotPermitted(_) => ErrorCode::OwnerNotPermitted,
             GrantInvalid(_) => ErrorCode::Unauthorized,
             NotFound(_) => ErrorCode::NotFound,
             PullConflict(_) => ErrorCode::SpecConflict,
+            InvalidProperty(_) => ErrorCode::InvalidProperty,
+            PropertiesFull(_) => ErrorCode::PropertiesFull,
         }
     }
 

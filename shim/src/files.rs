@@ -1,6 +1,7 @@
 //! Files in and out (PROTOCOL.md 4.8): extracting an untrusted tar stream under a directory
-//! ([`extract_with`], in `files/unpack.rs`) and writing a tar stream of a path ([`archive`], in
-//! `files/pack.rs`). This file owns the error type and the checks on paths: the one a request names
+//! ([`extract_with`], in `files/unpack.rs`), writing a tar stream of a path ([`archive`], in
+//! `files/pack.rs`) and removing a path without following symlinks ([`remove`], in
+//! `files/remove.rs`). This file owns the error type and the checks on paths: the one a request names
 //! and the names inside a tar stream.
 //!
 //! Both directions are synchronous `std::io`: the HTTP layer runs them in `spawn_blocking` with the
@@ -27,6 +28,7 @@ mod guard;
 mod links;
 mod meta;
 mod pack;
+mod remove;
 mod sink;
 mod unpack;
 
@@ -35,6 +37,7 @@ pub use guard::Limits;
 #[cfg(test)]
 pub(crate) use pack::archive;
 pub(crate) use pack::{ArchiveSource, prepare_archive};
+pub(crate) use remove::remove;
 pub(crate) use sink::Validator;
 #[cfg(test)]
 pub(crate) use unpack::extract;

@@ -7,7 +7,7 @@
 //! - `config`: `STEPSHIM_*` variables and flags (names and defaults in `protocol::settings`),
 //!   validated once.
 //! - `boot`: process-wide settings, the listener, the ready file, signals, `stepshim install`.
-//! - `sys`: the only `unsafe` code: fork/exec, waitpid, pty, signals, limits.
+//! - `sys`: the only `unsafe` code: fork/exec, waitpid, pty, signals, limits, credentials.
 //! - `reaper`: the single `waitpid` loop, routing exits by pid to the table.
 //! - `table`: processes by id and pid; spawn, delete, shutdown.
 //! - `tree`: the process tree from `/proc`: descendants, and what an exited leader left behind.
@@ -19,6 +19,8 @@
 //! - `stdin`: offset-idempotent stdin writes.
 //! - `files`: tar extraction (hostile input) and archiving.
 //! - `grants`, `pull`: artifacts between shims: read grants on a source, pulls on a destination.
+//! - `owners`: which owners an upload or a pull may give (`CAP_CHOWN`, or the shim's own ids).
+//! - `properties`: the pod's name to value store, in memory only.
 //! - `http`: connections, auth, routing and handlers; `auth`, `metrics`, `error` serve it.
 //! - `order`: the shim's sorts, through one instantiation; `blocking`: work off the runtime
 //!   thread, through one task type.
@@ -49,7 +51,9 @@ mod metrics;
 mod oom;
 mod order;
 mod output_log;
+mod owners;
 mod proc;
+mod properties;
 mod pull;
 mod pump;
 mod reaper;
@@ -73,6 +77,7 @@ pub use config::{Config, ConfigError};
 /// checks that nothing lands outside the target directory.
 pub mod extract {
     pub use crate::files::{ExtractStats, FilesError, Limits, Options, Resolve, extract_with};
+    pub use protocol::owner::Owner;
 }
 
 /// `renameat2(2)` on directory fds: public for the tests that swap a directory and a symlink under

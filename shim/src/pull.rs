@@ -184,6 +184,9 @@ impl Pulls {
                 spec.target
             )));
         }
+        if let Some(owner) = spec.owner {
+            crate::owners::permit(owner)?;
+        }
         if let Some(d) = &spec.sha256
             && protocol::token::parse_sha256_hex(d).is_none()
         {
@@ -268,6 +271,7 @@ impl Pulls {
 fn run(pull: &Pull, source: &fetch::Source, s: &Settings) {
     let opts = Options {
         same_owner: s.same_owner,
+        owner: pull.spec.owner,
         limits: s.limits,
         resolve: Resolve::Auto,
     };

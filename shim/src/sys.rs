@@ -242,6 +242,7 @@ pub(crate) fn geteuid() -> u32 {
 mod alloc;
 mod buf;
 mod child_stack;
+pub(crate) mod creds;
 pub(crate) mod direct;
 mod exec;
 pub(crate) mod fs;

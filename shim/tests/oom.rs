@@ -1,7 +1,7 @@
 //! Out of memory is the step's death, not the shim's: the real shim runs in a small memory cgroup
 //! (v1, created for the test under the test's own and removed after), a process allocates past the
 //! limit while another keeps streaming. The allocator is reported killed (137) with reason
-//! `oom_kill`; the shim and the streaming process live on.
+//! `oom_kill` and `oom_killed`; the shim and the streaming process live on.
 #![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
@@ -69,8 +69,10 @@ async fn an_oom_kill_is_the_steps_death_and_is_reported() {
     let exit = hog.exit.unwrap();
     assert_eq!(exit.status, 137, "{exit:?}");
     assert_eq!(exit.reason, Some(ExitReason::OomKill), "{exit:?}");
+    assert!(exit.oom_killed, "{exit:?}");
     let p = shim.client.get("hog").await.unwrap();
     assert_eq!(p.exit.unwrap().reason, Some(ExitReason::OomKill));
+    assert!(p.exit.unwrap().oom_killed);
 
     // The shim serves on and the other process still streams.
     shim.client.healthz().await.unwrap();
@@ -90,9 +92,10 @@ async fn an_oom_kill_is_the_steps_death_and_is_reported() {
     let killed = shim.client.signal("stream", "KILL").await.unwrap();
     assert_eq!(killed.id, "stream");
     let p = shim.client.wait("stream", 10).await.unwrap();
+    let exit = p.exit.unwrap();
     assert_eq!(
-        p.exit.unwrap().reason,
-        None,
+        (exit.reason, exit.oom_killed),
+        (None, false),
         "a plain SIGKILL is no OOM kill"
     );
     let status = shim.terminate();

@@ -1,7 +1,7 @@
 //! Fuzzes what the shim parses out of a request line before authentication: the route and its
 //! process id, the query string, percent-decoding, and seconds. Nothing may panic; a matched
-//! process route's id must be valid; decoding must invert encoding; request bodies must refuse
-//! anything but a JSON object.
+//! process route's id must be valid; decoding must invert encoding; an owner (`UID:GID`) must be
+//! valid and print back as it parsed; request bodies must refuse anything but a JSON object.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -28,11 +28,18 @@ fuzz_target!(|data: &[u8]| {
     if let Some(d) = protocol::query::parse_seconds(text) {
         assert!(text.bytes().all(|b| b.is_ascii_digit() || b == b'.'), "{text:?} -> {d:?}");
     }
+    if let Some(owner) = protocol::owner::Owner::parse(text) {
+        assert!(owner.is_valid(), "{text:?}");
+        assert_eq!(protocol::owner::Owner::parse(&owner.to_string()), Some(owner));
+        assert!(text.bytes().all(|b| b.is_ascii_digit() || b == b':'), "{text:?}");
+    }
     // Bodies: whatever parses as a spawn, signal or resize request came from a JSON object.
     let object = serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| v.is_object());
     if serde_json::from_str::<protocol::SpawnRequest>(text).is_ok()
         || serde_json::from_str::<protocol::SignalRequest>(text).is_ok()
         || serde_json::from_str::<protocol::TtySize>(text).is_ok()
+        || serde_json::from_str::<protocol::owner::Owner>(text).is_ok()
+        || serde_json::from_str::<protocol::artifacts::PullSpec>(text).is_ok()
     {
         assert!(object, "{text:?}");
     }

@@ -4,12 +4,14 @@
 // desired set once they are older than a grace period, so a pod another request is creating right now
 // is never collected. Retire deletes every pod of the worker. Check confirms the apiserver answers and,
 // with SelfSubjectAccessReview, that the credentials hold the pod verbs a worker needs and none of the
-// exec family it must not need, and whether they allow reaching shims through the apiserver.
+// exec family it must not need, whether they allow reaching shims through the apiserver, and the
+// rights images of step pods (secrets) and hermetic pods (networkpolicies) need.
 
 package k8s
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -61,7 +63,8 @@ func SelectGarbage(pods []*corev1.Pod, desired map[string]bool, grace time.Durat
 
 // GC deletes the worker's pods whose names are not in desired and that are at least grace old; it
 // returns the names it deleted (or was deleting when an error stopped it). It then deletes the
-// image-pull Secrets whose pod is gone (GCImageSecrets).
+// image-pull Secrets and the hermetic pods' NetworkPolicies whose pod is gone (GCImageSecrets,
+// GCHermeticPolicies).
 func (w *Worker) GC(ctx context.Context, desired []string, grace time.Duration) ([]string, error) {
 	want := make(map[string]bool, len(desired))
 	for _, d := range desired {
@@ -73,9 +76,11 @@ func (w *Worker) GC(ctx context.Context, desired []string, grace time.Duration) 
 			return chosen[:i+1], fmt.Errorf("k8s: gc: delete %s: %w", name, err)
 		}
 	}
-	// Image-pull Secrets whose pod is gone (a worker died before the pod owned its Secret).
-	_, err := w.GCImageSecrets(ctx, grace)
-	return chosen, err
+	// Image-pull Secrets and hermetic pods' policies whose pod is gone (a worker died before the pod
+	// owned them).
+	_, secretErr := w.GCImageSecrets(ctx, grace)
+	_, policyErr := w.GCHermeticPolicies(ctx, grace)
+	return chosen, errors.Join(secretErr, policyErr)
 }
 
 // Retire deletes every pod of the worker; it returns their names.
@@ -103,6 +108,9 @@ type Health struct {
 	// Secrets are the verbs on secrets that images of step pods (StepSpec.ImageFrom) need, with
 	// their answers; they do not count in OK.
 	Secrets []Access `json:"secrets"`
+	// NetworkPolicies are the verbs on networkpolicies that hermetic pods (StepSpec.Hermetic) need,
+	// with their answers; they do not count in OK.
+	NetworkPolicies []Access `json:"networkPolicies"`
 	// ProxyAllowed says every one of them is: the worker may reach shims through the apiserver.
 	// Reaching them at pod IPs needs no right, only a route, which no access review can tell.
 	ProxyAllowed bool `json:"proxyAllowed"`
@@ -152,6 +160,13 @@ func (w *Worker) Check(ctx context.Context) (*Health, error) {
 		}
 		h.Secrets = append(h.Secrets, a)
 	}
+	for _, verb := range PolicyVerbs {
+		a, err := w.review(ctx, "networkpolicies.networking.k8s.io", verb)
+		if err != nil {
+			return nil, err
+		}
+		h.NetworkPolicies = append(h.NetworkPolicies, a)
+	}
 	for _, u := range Unneeded {
 		a, err := w.review(ctx, u[0], u[1])
 		if err != nil {
@@ -163,10 +178,12 @@ func (w *Worker) Check(ctx context.Context) (*Health, error) {
 }
 
 func (w *Worker) review(ctx context.Context, resource, verb string) (Access, error) {
+	// "resource[.group][/subresource]" as kubectl names them, no group for the core group.
 	res, sub, _ := strings.Cut(resource, "/")
+	res, group, _ := strings.Cut(res, ".")
 	r := &authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{
 		ResourceAttributes: &authv1.ResourceAttributes{
-			Namespace: w.namespace, Resource: res, Subresource: sub, Verb: verb,
+			Namespace: w.namespace, Group: group, Resource: res, Subresource: sub, Verb: verb,
 		},
 	}}
 	answer, err := w.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, r, metav1.CreateOptions{})

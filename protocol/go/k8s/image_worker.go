@@ -147,8 +147,8 @@ func (w *Worker) prepareImages(ctx context.Context, spec StepSpec) (StepSpec, []
 }
 
 // createFrom creates spec's pod with the images of spec.ImageFrom and spec.ImageVolumes: its Secret
-// first (replacing one an earlier attempt left), then the pod naming it, then the pod as the
-// Secret's owner. A pod that cannot be created takes its Secret with it; an owner that cannot be
+// first (replacing one an earlier attempt left), then the pod naming it (after its policy when
+// hermetic), then the pod as the Secret's owner. A pod that cannot be created takes its Secret with it; an owner that cannot be
 // set leaves the Secret to GC.
 func (w *Worker) createFrom(ctx context.Context, spec StepSpec) (*corev1.Pod, error) {
 	spec, images, err := w.prepareImages(ctx, spec)
@@ -171,18 +171,18 @@ func (w *Worker) createFrom(ctx context.Context, spec StepSpec) (*corev1.Pod, er
 	}
 	spec.ImagePullSecrets = append(slices.Clone(spec.ImagePullSecrets), secret.Name)
 	pod := StepPod(spec, w.worker, AuthOf(w.Token(spec.Name), spec.Delivery.TLS()))
-	created, err := w.cs.CoreV1().Pods(w.namespace).Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
+	created, policyErr := w.createPod(ctx, spec, pod)
+	if created == nil {
 		_ = w.deleteSecret(ctx, secret.Name)
-		return nil, err
+		return nil, policyErr
 	}
 	_, err = secrets.Patch(ctx, secret.Name, types.MergePatchType, OwnerPatch(created.Name, string(created.UID)),
 		metav1.PatchOptions{})
 	if err != nil {
-		return created, fmt.Errorf("k8s: pod %s created, but it cannot own its image-pull secret (GC deletes it "+
+		err = fmt.Errorf("k8s: pod %s created, but it cannot own its image-pull secret (GC deletes it "+
 			"once the pod is gone): %w", created.Name, err)
 	}
-	return created, nil
+	return created, errors.Join(policyErr, err)
 }
 
 func (w *Worker) deleteSecret(ctx context.Context, name string) error {

@@ -45,6 +45,10 @@ const (
 	// PlainBinary and TLSBinary are the shim image's two builds: plain HTTP, and TLS.
 	PlainBinary = "/stepshim"
 	TLSBinary   = "/stepshim-tls"
+	// CertsDir is where StepSpec.CertsConfigMap is mounted, read-only, in the main container.
+	CertsDir = "/etc/ssl/certs"
+	// CertsVolume is the name of that volume.
+	CertsVolume = "certs"
 )
 
 // Delivery says how the shim binary reaches the main container, and whether it serves TLS. Build one
@@ -93,6 +97,18 @@ type StepSpec struct {
 	Env []EnvVar
 	// CPU and Memory are both the request and the limit (e.g. "500m", "1Gi"); empty means none.
 	CPU, Memory string
+	// CPURequest is a CPU request without a limit (e.g. "100m"): a weight against the node's other
+	// pods (cgroup cpu.shares/cpu.weight in proportion), never a cap, as Garden's CPU shares. It
+	// and CPU exclude each other.
+	CPURequest string
+	// Hermetic cuts the pod off the network: Worker.Create first creates a NetworkPolicy (the pod's
+	// own, HermeticPolicy, which the pod then owns) denying all egress but to the shim port of the
+	// worker's own pods (pulls of inputs), DNS included. Ingress is not restricted by it. Needs a
+	// network plugin that enforces NetworkPolicy; the name must be a label value (63 characters).
+	Hermetic bool
+	// CertsConfigMap names a ConfigMap mounted read-only at /etc/ssl/certs of the main container in
+	// place of the image's directory (the worker's CA bundle, as Garden's CertsBindMount).
+	CertsConfigMap string
 	// RunAsUser and RunAsGroup set the main container's ids (the shim's and, by default, every
 	// process's); nil keeps the image's.
 	RunAsUser, RunAsGroup *int64
@@ -145,7 +161,8 @@ func isAlnum(c byte) bool {
 }
 
 // Validate reports what would make StepPod panic or the apiserver refuse the pod outright: no name,
-// no image, no delivery, or a CPU or memory quantity that does not parse.
+// no image, no delivery, a CPU or memory quantity that does not parse, CPU with CPURequest, a
+// hermetic pod whose name is not a label value, or two mounts at one path.
 func (s StepSpec) Validate() error {
 	switch {
 	case s.Name == "":
@@ -158,15 +175,23 @@ func (s StepSpec) Validate() error {
 		return fmt.Errorf("k8s: step spec %s without a shim delivery (use InitContainer or FromConfigMap)", s.Name)
 	case s.Delivery.tls && s.Delivery.configMap != "":
 		return fmt.Errorf("k8s: step spec %s: %w", s.Name, errConfigMapTLS)
+	case s.CPU != "" && s.CPURequest != "":
+		return fmt.Errorf("k8s: step spec %s: CPU (request and limit) and CPURequest (request only) exclude each other", s.Name)
+	case s.Hermetic && LabelValue(s.Name) != s.Name:
+		return fmt.Errorf("k8s: step spec %s: a hermetic pod's name must be a label value (at most 63 characters "+
+			"of [A-Za-z0-9._-]), its policy selects it by it", s.Name)
 	}
 	mounts := map[string]bool{}
+	if s.CertsConfigMap != "" {
+		mounts[CertsDir] = true
+	}
 	for _, v := range s.ImageVolumes {
 		if !strings.HasPrefix(v.MountPath, "/") || v.MountPath == "/" || mounts[v.MountPath] {
 			return fmt.Errorf("k8s: step spec %s: image volume at %q: want an absolute path, not /, once", s.Name, v.MountPath)
 		}
 		mounts[v.MountPath] = true
 	}
-	for what, q := range map[string]string{"cpu": s.CPU, "memory": s.Memory} {
+	for what, q := range map[string]string{"cpu": s.CPU, "cpu request": s.CPURequest, "memory": s.Memory} {
 		if _, err := resource.ParseQuantity(q); q != "" && err != nil {
 			return fmt.Errorf("k8s: step spec %s: %s %q: %w", s.Name, what, q, err)
 		}
@@ -186,6 +211,9 @@ func StepPod(spec StepSpec, worker string, auth PodAuth) *corev1.Pod {
 			labels[kv[0]] = LabelValue(kv[1])
 			annotations[kv[0]] = kv[1]
 		}
+	}
+	if spec.Hermetic {
+		labels[HermeticLabel] = spec.Name
 	}
 	volume, init := delivery(spec.Delivery)
 	// The shim's own settings (token hash, TLS seed, listen address), then the step's environment.
@@ -228,7 +256,7 @@ func StepPod(spec StepSpec, worker string, auth PodAuth) *corev1.Pod {
 			RunAsUser:  spec.RunAsUser,
 			RunAsGroup: spec.RunAsGroup,
 		},
-		Resources:    resources(spec.CPU, spec.Memory),
+		Resources:    resources(spec.CPU, spec.CPURequest, spec.Memory),
 		VolumeMounts: []corev1.VolumeMount{{Name: "stepshim", MountPath: ShimDir, ReadOnly: true}},
 	}
 	pod := &corev1.Pod{
@@ -260,6 +288,13 @@ func StepPod(spec StepSpec, worker string, auth PodAuth) *corev1.Pod {
 		}})
 		c := &pod.Spec.Containers[0]
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: v.MountPath, ReadOnly: true})
+	}
+	if spec.CertsConfigMap != "" {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: CertsVolume, VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: spec.CertsConfigMap}},
+		}})
+		c := &pod.Spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: CertsVolume, MountPath: CertsDir, ReadOnly: true})
 	}
 	for _, name := range spec.ImagePullSecrets {
 		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
@@ -305,8 +340,9 @@ func delivery(d Delivery) (corev1.Volume, *corev1.Container) {
 	}
 }
 
-// resources is requests = limits for the quantities given (Validate has checked that they parse).
-func resources(cpu, memory string) corev1.ResourceRequirements {
+// resources is requests = limits for cpu and memory, and cpuRequest a request only (Validate has
+// checked that they parse and that cpu and cpuRequest are not both set).
+func resources(cpu, cpuRequest, memory string) corev1.ResourceRequirements {
 	q := corev1.ResourceList{}
 	if cpu != "" {
 		q[corev1.ResourceCPU] = resource.MustParse(cpu)
@@ -314,10 +350,17 @@ func resources(cpu, memory string) corev1.ResourceRequirements {
 	if memory != "" {
 		q[corev1.ResourceMemory] = resource.MustParse(memory)
 	}
-	if len(q) == 0 {
-		return corev1.ResourceRequirements{}
+	var r corev1.ResourceRequirements
+	if len(q) > 0 {
+		r = corev1.ResourceRequirements{Requests: q, Limits: q.DeepCopy()}
 	}
-	return corev1.ResourceRequirements{Requests: q, Limits: q.DeepCopy()}
+	if cpuRequest != "" {
+		if r.Requests == nil {
+			r.Requests = corev1.ResourceList{}
+		}
+		r.Requests[corev1.ResourceCPU] = resource.MustParse(cpuRequest)
+	}
+	return r
 }
 
 func ptr[T any](v T) *T { return &v }

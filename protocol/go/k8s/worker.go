@@ -1,8 +1,8 @@
 // Worker: one worker's pods in one namespace, seen through one shared informer filtered by the worker
 // label (list once, then watch; client-go relists with backoff after errors such as an apiserver
 // restart). Every wait, list and GC reads this cache and wakes on its changes; nothing lists pods per
-// tick or polls a pod. Pods are the only API objects it writes, and the image-pull Secrets of
-// StepSpec.ImageFrom (image_worker.go).
+// tick or polls a pod. Pods are the only API objects it writes, the image-pull Secrets of
+// StepSpec.ImageFrom (image_worker.go) and the NetworkPolicies of hermetic pods (hermetic.go).
 
 package k8s
 
@@ -163,6 +163,14 @@ func (w *Worker) changes() <-chan struct{} {
 // Namespace is the namespace of the worker's pods.
 func (w *Worker) Namespace() string { return w.namespace }
 
+// Name is the worker's name (Config.Worker).
+func (w *Worker) Name() string { return w.worker }
+
+// Changes is a channel closed at the next event the informer delivers for any pod of the worker
+// (added, updated, deleted, or a relist): take it, read the cache (Get, List), then wait on it, so
+// that no change between the read and the wait is missed.
+func (w *Worker) Changes() <-chan struct{} { return w.changes() }
+
 // Token is the bearer token of the worker's pod name.
 func (w *Worker) Token(pod string) string { return w.key.Token(w.namespace, pod) }
 
@@ -170,8 +178,9 @@ func (w *Worker) Token(pod string) string { return w.key.Token(w.namespace, pod)
 // error before any request; a pod of that name already there is the API's AlreadyExists error
 // (apierrors.IsAlreadyExists), which a caller retrying a create may take as done. With
 // spec.ImageFrom or spec.ImageVolumes it first grants and resolves the images and creates the
-// pod's image-pull Secret (image_worker.go); a pod created whose Secret could not be given the pod as owner is returned
-// with an error saying so: the pod is usable, and GC deletes the Secret once the pod is gone.
+// pod's image-pull Secret (image_worker.go). A hermetic spec's NetworkPolicy is created before the
+// pod (hermetic.go). A pod created whose Secret or policy could not be given the pod as owner is
+// returned with an error saying so: the pod is usable, and GC deletes them once the pod is gone.
 func (w *Worker) Create(ctx context.Context, spec StepSpec) (*corev1.Pod, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -180,7 +189,7 @@ func (w *Worker) Create(ctx context.Context, spec StepSpec) (*corev1.Pod, error)
 		return w.createFrom(ctx, spec)
 	}
 	pod := StepPod(spec, w.worker, AuthOf(w.Token(spec.Name), spec.Delivery.TLS()))
-	return w.cs.CoreV1().Pods(w.namespace).Create(ctx, pod, metav1.CreateOptions{})
+	return w.createPod(ctx, spec, pod)
 }
 
 // Get is the cached pod name of this worker, or nil.

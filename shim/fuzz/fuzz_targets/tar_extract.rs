@@ -6,12 +6,12 @@
 #![no_main]
 
 use std::fs;
-use std::os::unix::fs::{PermissionsExt, symlink};
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use stepshim::extract::{Limits, Options, Resolve, extract_with};
+use stepshim::extract::{Limits, Options, Owner, Resolve, extract_with};
 
 /// The prefix of the staging directories an upload makes inside its target.
 const STAGING: &[u8] = b".stepshim-put-";
@@ -97,6 +97,11 @@ fuzz_target!(|data: &[u8]| {
     }
     let opts = Options {
         same_owner: false,
+        // An upload's owner: as root, every entry is chowned through its fd (never by path).
+        owner: (mode & 8 == 8).then_some(Owner {
+            uid: 1000,
+            gid: 1000,
+        }),
         limits: Limits {
             max_bytes: 1 << 20,
             max_header_bytes: 4096,
@@ -110,6 +115,9 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(fs::read(outside.join("sentinel")).expect("sentinel"), b"sentinel");
     let mode = fs::metadata(&outside).expect("outside").permissions().mode() & 0o7777;
     assert_eq!(mode, 0o755);
+    let own = |p: &Path| fs::symlink_metadata(p).map(|m| (m.uid(), m.gid())).expect("owner");
+    assert_eq!(own(&outside), own(base));
+    assert_eq!(own(&outside.join("sentinel")), own(base));
     assert_eq!(names(base), ["dir", "outside"]);
     let staging = std::str::from_utf8(STAGING).expect("ascii");
     assert!(!names(&dir).iter().any(|n| n.starts_with(staging)));

@@ -16,6 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::sys::fs::{self as sysfs, Kind};
+use protocol::owner::Owner;
 
 /// How a path is resolved: tests force each one; the shim uses [`Resolve::Auto`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +25,16 @@ pub enum Resolve {
     Auto,
     /// One `openat(O_NOFOLLOW)` per component.
     Walk,
+}
+
+/// What [`open_dirs`] does about a missing component.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Missing {
+    /// Fails with [`Blocked::Missing`].
+    Refuse,
+    /// Creates it (mode 0755), owned by the given owner if any (an upload's `owner`): set
+    /// through the new directory's fd, only on a directory this call created.
+    Create(Option<Owner>),
 }
 
 /// Cleared the first time `openat2` answers `ENOSYS`.
@@ -47,12 +58,11 @@ pub(crate) fn reopen(dir: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     sysfs::open_dir_at(dir, OsStr::new("."))
 }
 
-/// Opens the directory `comps` below `root`, creating missing components (mode 0755) when
-/// `create`.
+/// Opens the directory `comps` below `root`, creating missing components as `missing` says.
 pub(crate) fn open_dirs(
     root: BorrowedFd<'_>,
     comps: &[&OsStr],
-    create: bool,
+    missing: Missing,
     how: Resolve,
 ) -> Result<OwnedFd, Blocked> {
     if comps.is_empty() {
@@ -75,17 +85,20 @@ pub(crate) fn open_dirs(
             Err(_) => {}
         }
     }
-    walk(root, comps, create)
+    walk(root, comps, missing)
 }
 
 /// Opens `comps` one component at a time.
-fn walk(root: BorrowedFd<'_>, comps: &[&OsStr], create: bool) -> Result<OwnedFd, Blocked> {
+fn walk(root: BorrowedFd<'_>, comps: &[&OsStr], missing: Missing) -> Result<OwnedFd, Blocked> {
     let mut cur = reopen(root).map_err(Blocked::Io)?;
     for (i, comp) in comps.iter().enumerate() {
         let mut opened = sysfs::open_dir_at(cur.as_fd(), comp);
-        if create && matches!(&opened, Err(e) if e.kind() == ErrorKind::NotFound) {
+        let mut made = None;
+        if let Missing::Create(owner) = missing
+            && matches!(&opened, Err(e) if e.kind() == ErrorKind::NotFound)
+        {
             match sysfs::mkdir_at(cur.as_fd(), comp, 0o755) {
-                Ok(()) => {}
+                Ok(()) => made = owner,
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(Blocked::Io(e)),
             }
@@ -95,8 +108,16 @@ fn walk(root: BorrowedFd<'_>, comps: &[&OsStr], create: bool) -> Result<OwnedFd,
             Ok(fd) => fd,
             Err(e) => return Err(classify(cur.as_fd(), comp, i, e)),
         };
+        if let Some(o) = made {
+            give(&cur, o).map_err(Blocked::Io)?;
+        }
     }
     Ok(cur)
+}
+
+/// Gives the directory or file open as `fd` the owner `o`, through the fd.
+pub(crate) fn give(fd: &impl AsFd, o: Owner) -> io::Result<()> {
+    std::os::unix::fs::fchown(fd, Some(o.uid), Some(o.gid))
 }
 
 /// Why opening directory `name` (component `i`) in `parent` failed with `err`.
@@ -127,6 +148,30 @@ pub(crate) fn kind_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Option<Ki
 /// opened as they are descended (one fd per level), so depth costs descriptors: entry names are
 /// limited in depth for that reason.
 pub(crate) fn remove_tree(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+    remove_tree_within(dir, name, usize::MAX)
+}
+
+/// The failure of [`remove_tree_within`] at a directory deeper than allowed.
+#[derive(Debug)]
+pub(crate) struct TooDeep;
+
+impl std::fmt::Display for TooDeep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("too many directory levels")
+    }
+}
+
+impl std::error::Error for TooDeep {}
+
+/// [`remove_tree`] holding at most `max_depth` directories open: a directory deeper than that
+/// below `name` fails the removal with [`TooDeep`] (as an `io::Error`) before it is entered.
+/// Each directory is opened `O_NOFOLLOW | O_DIRECTORY` from its parent's fd and its entries
+/// unlinked relative to its own fd: a symlink swapped in for a directory fails the open.
+pub(crate) fn remove_tree_within(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    max_depth: usize,
+) -> io::Result<()> {
     match kind_at(dir, name)? {
         None => return Ok(()),
         Some(Kind::Dir) => {}
@@ -139,6 +184,9 @@ pub(crate) fn remove_tree(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
         if let Some(child) = names.pop() {
             if kind_at(fd.as_fd(), &child)? == Some(Kind::Dir) {
                 let sub = sysfs::open_dir_at(fd.as_fd(), &child)?;
+                if stack.len() >= max_depth {
+                    return Err(io::Error::other(TooDeep));
+                }
                 let names = sysfs::dir_names(sub.as_fd())?;
                 stack.push((sub, names, child));
             } else {

@@ -20,10 +20,11 @@ use std::io::{self, ErrorKind};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
-use super::beneath::{Blocked, Resolve, kind_at, open_dirs, remove_tree, reopen};
+use super::beneath::{Blocked, Missing, Resolve, give, kind_at, open_dirs, remove_tree, reopen};
 use super::meta::{Meta, apply};
 use super::{FilesError, refused};
 use crate::sys::fs::{self as sysfs, Kind, Rename};
+use protocol::owner::Owner;
 
 /// A target directory with its staging directory, removed on drop unless committed.
 #[derive(Debug)]
@@ -41,11 +42,15 @@ pub(crate) struct Staged {
     pub(crate) root: OwnedFd,
     /// `DIR` itself when it existed, for hard links to files already there.
     pub(crate) existing: Option<OwnedFd>,
+    /// The upload's `owner`: of `DIR`'s missing components too. The staging directory itself
+    /// gets it only at the commit, once nothing more is written through it (until then it is the
+    /// shim's, mode 0700, so no process of the pod can move what is being written).
+    owner: Option<Owner>,
 }
 
 impl Staged {
     /// Resolves `dir` (absolute) without symlinks and makes the staging directory.
-    pub(crate) fn prepare(dir: &Path) -> Result<Staged, FilesError> {
+    pub(crate) fn prepare(dir: &Path, owner: Option<Owner>) -> Result<Staged, FilesError> {
         let mut comps = Vec::new();
         for c in dir.components() {
             match c {
@@ -83,6 +88,7 @@ impl Staged {
             anchor,
             name,
             missing,
+            owner,
         };
         let stage = sysfs::open_dir_at(staged.anchor.as_fd(), &staged.name);
         staged.root = stage.map_err(|e| FilesError::io("opening staging in", dir, e))?;
@@ -90,6 +96,10 @@ impl Staged {
             let io = |e| FilesError::io("creating", dir, e);
             sysfs::mkdir_at(staged.root.as_fd(), comp, 0o755).map_err(io)?;
             staged.root = sysfs::open_dir_at(staged.root.as_fd(), comp).map_err(io)?;
+            if let Some(o) = owner {
+                give(&staged.root, o)
+                    .map_err(|e| FilesError::io("changing the owner of", dir, e))?;
+            }
         }
         if staged.missing.is_empty() {
             staged.existing =
@@ -116,6 +126,9 @@ impl Staged {
             to.run(stage.as_fd(), self.anchor.as_fd())?;
             return reopen(self.anchor.as_fd()).map_err(|e| io("opening", e));
         };
+        if let Some(o) = self.owner {
+            give(&stage, o).map_err(|e| io("changing the owner of", e))?;
+        }
         std::fs::File::from(stage.try_clone().map_err(|e| io("opening", e))?)
             .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .map_err(|e| io("changing the mode of", e))?;
@@ -156,7 +169,7 @@ impl Drop for Staged {
 }
 
 /// The error for component `name` of `dir` (the `upto` components so far) failing to open.
-fn not_a_dir(
+pub(super) fn not_a_dir(
     dir: &Path,
     upto: &[OsString],
     parent: BorrowedFd<'_>,
@@ -328,7 +341,7 @@ pub(crate) fn finish_dirs(
     let dirs = crate::order::sort_by(dirs, |a, b| b.0.len().cmp(&a.0.len()));
     for (comps, meta) in dirs {
         let comps: Vec<&OsStr> = comps.iter().map(OsString::as_os_str).collect();
-        let Ok(dir) = open_dirs(target, &comps, false, resolve) else {
+        let Ok(dir) = open_dirs(target, &comps, Missing::Refuse, resolve) else {
             continue;
         };
         let shown: std::path::PathBuf = comps.iter().collect();

@@ -7,7 +7,7 @@
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
 
-use super::beneath::{Blocked, kind_at, open_dirs, remove_tree};
+use super::beneath::{Blocked, Missing, kind_at, open_dirs, remove_tree};
 use super::meta::Meta;
 use super::unpack::{Unpacker, io_err};
 use super::{FilesError, refused};
@@ -59,7 +59,7 @@ impl Unpacker<'_> {
         }
         let mut source = None;
         for root in std::iter::once(self.root).chain(self.existing) {
-            let dir = match open_dirs(root, tparents, false, self.opts.resolve) {
+            let dir = match open_dirs(root, tparents, Missing::Refuse, self.opts.resolve) {
                 Ok(dir) => dir,
                 Err(Blocked::Missing(_)) => continue,
                 Err(Blocked::Io(e)) => return Err(io_err("opening the target of", shown, e)),

@@ -7,6 +7,7 @@ use std::os::unix::fs::{PermissionsExt, fchown};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+use protocol::owner::Owner;
 use tar::Header;
 
 use super::FilesError;
@@ -18,8 +19,10 @@ pub(super) struct Meta {
     pub(crate) mode: u32,
     /// Modification time (whole seconds, as in a ustar header).
     pub(crate) mtime: SystemTime,
-    /// `Some((uid, gid))` when owners are kept.
+    /// `Some((uid, gid))` when owners are kept or given.
     pub(crate) owner: Option<(u32, u32)>,
+    /// Whether `owner` is the upload's `owner`, not the tar's.
+    pub(crate) given: bool,
 }
 
 impl Meta {
@@ -38,7 +41,37 @@ impl Meta {
         } else {
             None
         };
-        Ok(Meta { mode, mtime, owner })
+        Ok(Meta {
+            mode,
+            mtime,
+            owner,
+            given: false,
+        })
+    }
+
+    /// With an upload's `owner` (PROTOCOL.md 4.8.3), that owner instead of the tar's.
+    pub(crate) fn owned_by(self, owner: Option<Owner>) -> Meta {
+        match owner {
+            Some(o) => Meta {
+                owner: Some((o.uid, o.gid)),
+                given: true,
+                ..self
+            },
+            None => self,
+        }
+    }
+
+    /// The metadata a regular file gets: with an upload's `owner`, without set-user-ID and
+    /// set-group-ID (one user's file must not run as another's for every user of the pod).
+    pub(crate) fn for_file(self) -> Meta {
+        if self.given {
+            Meta {
+                mode: self.mode & !0o6000,
+                ..self
+            }
+        } else {
+            self
+        }
     }
 }
 

@@ -31,13 +31,14 @@ use std::rc::Rc;
 
 use tar::{Archive, EntryType, Header};
 
-use super::beneath::{Resolve, kind_at, open_dirs};
+use super::beneath::{Missing, Resolve, kind_at, open_dirs};
 use super::commit::{Explicit, Staged, blocked, finish_dirs};
 use super::contents::{ALIGN, COPY_BUF, Parent};
 use super::guard::{Guard, Limits};
 use super::meta::Meta;
 use super::{FilesError, check_request_path, entry_components, refused};
 use crate::sys::fs::{self as sysfs, Kind};
+use protocol::owner::Owner;
 
 /// What an extraction wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -54,6 +55,9 @@ pub struct ExtractStats {
 pub struct Options {
     /// Chown entries to their uid/gid (the shim passes true when it runs as root).
     pub same_owner: bool,
+    /// The owner of every entry and every directory the extraction creates, instead of the tar's
+    /// (PROTOCOL.md 4.8.3); checked against what the shim may give before the extraction.
+    pub owner: Option<Owner>,
     /// The upload's caps.
     pub limits: Limits,
     /// How parents are resolved (tests force the fallback walk).
@@ -73,6 +77,7 @@ pub(crate) fn extract<R: Read>(
 ) -> Result<ExtractStats, FilesError> {
     let opts = Options {
         same_owner,
+        owner: None,
         limits: Limits::default(),
         resolve: Resolve::Auto,
     };
@@ -88,7 +93,7 @@ pub fn extract_with<R: Read>(
     opts: &Options,
 ) -> Result<ExtractStats, FilesError> {
     check_request_path(dir)?;
-    let mut staged = Staged::prepare(dir)?;
+    let mut staged = Staged::prepare(dir, opts.owner)?;
     let mut guard = Guard::new(reader, opts.limits);
     let mut unpacker = Unpacker {
         root: staged.root.as_fd(),
@@ -179,8 +184,9 @@ impl Unpacker<'_> {
                 "{shown:?} is more than {MAX_DEPTH} directories deep"
             )));
         }
-        let meta = Meta::read(header, self.opts.same_owner)
-            .map_err(|what| FilesError::InvalidTar(format!("{shown:?}: bad {what}")))?;
+        let meta = Meta::read(header, self.opts.same_owner && self.opts.owner.is_none())
+            .map_err(|what| FilesError::InvalidTar(format!("{shown:?}: bad {what}")))?
+            .owned_by(self.opts.owner);
         let link_target = |what: &str| {
             link.as_deref()
                 .filter(|l| !l.is_empty())
@@ -204,7 +210,7 @@ impl Unpacker<'_> {
                     )));
                 }
                 let (parent, last) = self.place(&shown, &comps)?;
-                self.file(&shown, &parent, last, size, data, meta)?
+                self.file(&shown, &parent, last, size, data, meta.for_file())?
             }
             EntryType::Symlink => {
                 let target = link_target("symlink without a target")?;
@@ -252,7 +258,8 @@ impl Unpacker<'_> {
         {
             return Ok((p.clone(), last));
         }
-        let fd = open_dirs(self.root, parents, true, self.opts.resolve)
+        let make = Missing::Create(self.opts.owner);
+        let fd = open_dirs(self.root, parents, make, self.opts.resolve)
             .map_err(|b| blocked(shown, parents, b))?;
         let parent = Rc::new(Parent {
             comps: parents.iter().map(|c| c.to_os_string()).collect(),

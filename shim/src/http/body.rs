@@ -90,13 +90,17 @@ pub(crate) fn empty(status: StatusCode) -> Response<Body> {
 pub(crate) async fn read_json<T: DeserializeOwned>(
     body: hyper::body::Incoming,
 ) -> Result<T, Error> {
-    let bytes = read_limited(body).await?;
+    let bytes = read_limited(body, JSON_LIMIT).await?;
     serde_json::from_slice(&bytes).map_err(|e| Error::InvalidJson(e.to_string()))
 }
 
-/// A request body of at most [`JSON_LIMIT`] bytes; one copy of this code for every JSON route.
-async fn read_limited(body: hyper::body::Incoming) -> Result<Bytes, Error> {
-    Limited::new(body, JSON_LIMIT)
+/// A request body of at most `limit` bytes (413 beyond); one copy of this code for every route
+/// that reads a whole body.
+pub(super) async fn read_limited(
+    body: hyper::body::Incoming,
+    limit: usize,
+) -> Result<Bytes, Error> {
+    Limited::new(body, limit)
         .collect()
         .await
         .map(|c| c.to_bytes())
@@ -104,7 +108,7 @@ async fn read_limited(body: hyper::body::Incoming) -> Result<Bytes, Error> {
             if e.downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some()
             {
-                Error::BodyTooLarge(JSON_LIMIT)
+                Error::BodyTooLarge(limit)
             } else {
                 Error::BadRequest(format!("reading the body: {e}"))
             }

@@ -1,5 +1,6 @@
 //! `PUT /v1/files` and `GET /v1/files`: bridges the async request and response bodies to the
-//! synchronous tar code in `crate::files`, which runs on the blocking pool.
+//! synchronous tar code in `crate::files`, which runs on the blocking pool; `DELETE /v1/files`
+//! runs its removal there too.
 //!
 //! A transfer holds a slot from before its first file-system call until its blocking work ends:
 //! one of `STEPSHIM_FILES_MAX_CONCURRENT` with the pod's token, one of the separate
@@ -90,18 +91,26 @@ pub(crate) async fn handle(
         return Err(FilesError::InvalidPath(format!("{path:?} is not absolute")).into());
     }
     let method = req.method().clone();
-    if method != Method::PUT && method != Method::GET {
-        return Err(Error::MethodNotAllowed("GET, PUT"));
+    if method != Method::PUT && method != Method::GET && method != Method::DELETE {
+        return Err(Error::MethodNotAllowed("DELETE, GET, PUT"));
     }
+    let owner = match method {
+        Method::PUT => crate::owners::from_query(q.get(protocol::query::OWNER))?,
+        _ => None,
+    };
     let slot = match granted_slot {
         Some(slot) => slot,
         None => transfers.slot(false)?,
     };
+    if method == Method::DELETE {
+        return remove(PathBuf::from(path), slot).await;
+    }
     let s = transfers.settings;
     let pace = Pace::new(&s);
     if method == Method::PUT {
         let opts = Options {
             same_owner,
+            owner,
             limits: s.limits(),
             resolve: Resolve::Auto,
         };
@@ -178,6 +187,17 @@ async fn put(
         (Err(e @ FilesError::TooLarge(_)), _) | (Err(e), None) => Err(e.into()),
         (Err(_), Some(why)) => Err(Error::BadRequest(why)),
     }
+}
+
+/// `DELETE`: the removal runs on the blocking pool, holding the transfer slot.
+async fn remove(path: PathBuf, slot: OwnedSemaphorePermit) -> Result<Response<Body>, Error> {
+    crate::blocking::run(move || {
+        let _slot = slot;
+        files::remove(&path)
+    })
+    .await
+    .ok_or_else(|| Error::internal("removing", io::Error::other("the removal failed")))??;
+    Ok(empty(StatusCode::NO_CONTENT))
 }
 
 async fn get(

@@ -11,6 +11,7 @@ mod image;
 mod output;
 mod pace;
 mod process;
+mod properties;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -76,6 +77,8 @@ pub(crate) struct App {
     pub(crate) pulls: crate::pull::Pulls,
     /// Digests of the images served from `rootfs/` directories.
     pub(crate) images: crate::image::Images,
+    /// The pod's properties (PROTOCOL.md 4.13), in memory only.
+    pub(crate) properties: crate::properties::Properties,
     /// The TLS handshake every connection starts with, when the shim has a seed.
     #[cfg(feature = "tls")]
     tls: Option<Arc<stepshim_tls::rustls::ServerConfig>>,
@@ -106,6 +109,7 @@ impl App {
                 same_owner,
             )),
             images: crate::image::Images::default(),
+            properties: crate::properties::Properties::new(config.properties),
             #[cfg(feature = "tls")]
             tls: config.tls.as_ref().map(|t| t.config.clone()),
         }
@@ -222,6 +226,11 @@ async fn dispatch(
     let route = match route {
         Ok(r) => r,
         Err(RouteError::InvalidId) => return Err(Error::InvalidId),
+        Err(RouteError::InvalidName) => {
+            return Err(Error::InvalidProperty(
+                "property names must match [A-Za-z0-9._:-]+ (and not be . or ..)".into(),
+            ));
+        }
         Err(RouteError::NotFound) => return Err(Error::NoRoute(req.uri().path().to_owned())),
     };
     let q = body::Query::parse(req.uri().query())?;
@@ -317,6 +326,11 @@ async fn route_to(
             ))
         }
         Route::Pull(id) => artifacts::pull(app, id, req, q).await,
+        Route::Properties => {
+            only(Method::GET, "GET")?;
+            Ok(properties::list(app))
+        }
+        Route::Property(name) => properties::property(app, name, req).await,
         Route::Registry => Err(Error::NoRoute(req.uri().path().to_owned())),
     }
 }

@@ -63,6 +63,7 @@ impl Table {
             && self.oom_attributed.fetch_max(now, Ordering::AcqRel) < now
         {
             exit.reason = Some(ExitReason::OomKill);
+            exit.oom_killed = true;
         }
         exit
     }

@@ -90,5 +90,6 @@ pub fn pull_spec(source: &str, path: &Path, token: &str, target: &Path) -> PullS
         target: target.display().to_string(),
         sha256: None,
         connect_retries: None,
+        owner: None,
     }
 }

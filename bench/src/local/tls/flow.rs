@@ -165,6 +165,7 @@ pub(super) async fn pull(sides: &[Side; 2], a: &LocalArgs) -> Result<Vec<Pair>> 
                 target: target.display().to_string(),
                 sha256: None,
                 connect_retries: None,
+                owner: None,
             };
             let (mib_s, cpu, sha) = pull_once(s, &spec, &format!("pull{run}"))
                 .await

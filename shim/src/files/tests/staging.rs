@@ -14,6 +14,7 @@ use crate::files::{ExtractStats, FilesError, Limits, Options, Resolve, extract, 
 fn opts(resolve: Resolve) -> Options {
     Options {
         same_owner: false,
+        owner: None,
         limits: Limits::default(),
         resolve,
     }

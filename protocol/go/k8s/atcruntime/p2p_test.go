@@ -1,0 +1,166 @@
+// P2P URLs (signing, ATC's appended parameters, tampering, expiry, another worker's key) and P2P
+// copies between real shims, made by another store than the one that signed (another web node),
+// with ATC's limit honoured before anything moves.
+
+package atcruntime
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// atcAppendLimit is what ATC's streamer does to a URL before StreamP2POut (atc/worker/streamer.go):
+// parse, add limit=<MB> in %f, encode the query again.
+func atcAppendLimit(t *testing.T, raw string, mb float64) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Add("limit", fmt.Sprintf("%f", mb))
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func TestP2PURLSigning(t *testing.T) {
+	lp := newLocalPods(t, "w1")
+	signer := newSigner(lp, time.Minute)
+	now := time.Unix(1_800_000_000, 0)
+	raw := signer.sign(p2pTarget{Pod: "step-b", Path: "/tmp/build/in put"}, now)
+	if strings.Contains(raw, lp.Token("step-b")) {
+		t.Fatal("the URL carries the pod's token")
+	}
+	got, err := signer.verify(raw, now.Add(30*time.Second))
+	if err != nil || got.Pod != "step-b" || got.Path != "/tmp/build/in put" || got.Limit != 0 {
+		t.Fatalf("verify: %+v, %v", got, err)
+	}
+	// ATC appends ?limit=; other parameters are ignored.
+	withLimit := atcAppendLimit(t, raw, 2.5) + "&trace=abc"
+	if got, err = signer.verify(withLimit, now); err != nil || got.Limit != int64(2.5*1024*1024) {
+		t.Fatalf("with limit: %+v, %v", got, err)
+	}
+	// A process with the same key (another web node) accepts it; another worker's key does not.
+	if _, err := newSigner(lp, 0).verify(raw, now); err != nil {
+		t.Fatalf("another node: %v", err)
+	}
+	if _, err := newSigner(newLocalPods(t, "w2"), 0).verify(raw, now); !errors.Is(err, ErrP2PURL) {
+		t.Fatalf("another worker's key: %v", err)
+	}
+	u, _ := url.Parse(raw)
+	tamper := func(f func(u *url.URL, q url.Values)) string {
+		c := *u
+		q := c.Query()
+		f(&c, q)
+		c.RawQuery = q.Encode()
+		return c.String()
+	}
+	bad := map[string]string{
+		"expired":        raw,
+		"other pod":      tamper(func(u *url.URL, q url.Values) { u.Host = "step-c" }),
+		"other path":     tamper(func(u *url.URL, q url.Values) { q.Set("path", "/etc") }),
+		"later expiry":   tamper(func(u *url.URL, q url.Values) { q.Set("expires", "1900000000") }),
+		"bad signature":  tamper(func(u *url.URL, q url.Values) { q.Set("sig", strings.Repeat("0", 64)) }),
+		"two paths":      tamper(func(u *url.URL, q url.Values) { q.Add("path", "/etc") }),
+		"no signature":   tamper(func(u *url.URL, q url.Values) { q.Del("sig") }),
+		"other scheme":   tamper(func(u *url.URL, q url.Values) { u.Scheme = "http" }),
+		"relative path":  tamper(func(u *url.URL, q url.Values) { q.Set("path", "tmp/../x") }),
+		"negative limit": tamper(func(u *url.URL, q url.Values) { q.Set("limit", "-1") }),
+		"bad limit":      tamper(func(u *url.URL, q url.Values) { q.Set("limit", "lots") }),
+		"not a URL":      "http://[::1",
+	}
+	for what, s := range bad {
+		at := now
+		if what == "expired" {
+			at = now.Add(61 * time.Second)
+		}
+		if _, err := signer.verify(s, at); err == nil {
+			t.Errorf("%s: %s accepted", what, s)
+		}
+	}
+}
+
+func TestStreamP2POut(t *testing.T) {
+	lp := newLocalPods(t, "w1")
+	lp.startPod("step-a")
+	lp.startPod("step-b")
+	web1, _ := testStore(t, lp)
+	web2 := newStore(lp, VolumeConfig{})
+	ctx := testCtx(t)
+	src, dst := t.TempDir(), t.TempDir()
+	files := sampleTree()
+	writeTree(t, src, files)
+	// The destination's URL comes from one node; another node streams to it (ATC's default zstd).
+	raw, err := web1.podVolume("step-b", dst).GetStreamInP2PURL(ctx, "sub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := web2.podVolume("step-a", src).StreamP2POut(ctx, ".", atcAppendLimit(t, raw, 10), Zstd); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, files, readTree(t, dst+"/sub"))
+	// Over the limit: refused before anything moves.
+	dst2 := t.TempDir()
+	raw2, _ := web1.podVolume("step-b", dst2).GetStreamInP2PURL(ctx, ".")
+	err = web2.podVolume("step-a", src).StreamP2POut(ctx, ".", atcAppendLimit(t, raw2, 0.1), Raw)
+	var lim *StreamLimitError
+	if !errors.As(err, &lim) {
+		t.Fatalf("over the limit: %v, want a StreamLimitError", err)
+	}
+	if entries, _ := os.ReadDir(dst2); len(entries) != 0 {
+		t.Fatalf("over the limit moved %v", entries)
+	}
+	// A URL of another worker is refused.
+	other, _ := testStore(t, newLocalPods(t, "w2"))
+	raw3, _ := other.podVolume("step-b", dst2).GetStreamInP2PURL(ctx, ".")
+	if err := web2.podVolume("step-a", src).StreamP2POut(ctx, ".", raw3, Raw); !errors.Is(err, ErrP2PURL) {
+		t.Fatalf("another worker's URL: %v", err)
+	}
+}
+
+// plainArtifact is an artifact that is not a volume of the worker (as an ATC artifact of another
+// runtime): its bytes come through StreamOut.
+type plainArtifact struct{ tarBytes []byte }
+
+func (a plainArtifact) StreamOut(_ context.Context, _ string, c Compression) (io.ReadCloser, error) {
+	if c != Raw {
+		return nil, ErrCompression
+	}
+	return io.NopCloser(bytes.NewReader(a.tarBytes)), nil
+}
+func (a plainArtifact) Handle() string { return "elsewhere/1" }
+func (a plainArtifact) Source() string { return "another-worker" }
+
+func TestStreamInput(t *testing.T) {
+	lp := newLocalPods(t, "w1")
+	lp.startPod("step-a")
+	lp.startPod("step-b")
+	s, _ := testStore(t, lp)
+	ctx := testCtx(t)
+	src := t.TempDir()
+	files := sampleTree()
+	writeTree(t, src, files)
+	dst := t.TempDir()
+	if err := s.streamInput(ctx, s.podVolume("step-b", dst+"/in"), s.podVolume("step-a", src)); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, files, readTree(t, dst+"/in"))
+	rc, err := s.podVolume("step-a", src).StreamOut(ctx, ".", Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tarBytes, _ := io.ReadAll(rc)
+	_ = rc.Close()
+	if err := s.streamInput(ctx, s.podVolume("step-b", dst+"/in2"), plainArtifact{tarBytes}); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, files, readTree(t, dst+"/in2"))
+}

@@ -1,0 +1,63 @@
+//! `DELETE /v1/files?path=P` (PROTOCOL.md 4.8.2): removes a file, a symlink (itself) or a whole
+//! tree without following any symlink. `P`'s parents are opened one component at a time from `/`
+//! with `O_NOFOLLOW | O_DIRECTORY` (a symlinked component is refused, as for an upload's `DIR`);
+//! the tree below is removed through directory fds (`beneath::remove_tree_within`), each entry
+//! unlinked relative to its directory's fd, so a process of the pod that swaps a directory for a
+//! symlink meanwhile makes the removal fail, never reach outside `P`. Depth is bounded like an
+//! upload's entries ([`MAX_DEPTH`] levels below `P`): one fd is held per level.
+
+use std::ffi::OsStr;
+use std::io::ErrorKind;
+use std::os::fd::AsFd;
+use std::path::{Component, Path};
+
+use super::beneath::{TooDeep, kind_at, remove_tree_within};
+use super::commit::not_a_dir;
+use super::unpack::MAX_DEPTH;
+use super::{FilesError, check_request_path};
+use crate::sys::fs::{self as sysfs, Kind};
+
+/// Removes `path` (absolute, not `/`, no symlinked component) and everything below it.
+pub(crate) fn remove(path: &Path) -> Result<(), FilesError> {
+    check_request_path(path)?;
+    let invalid = |why: &str| FilesError::InvalidPath(format!("{}: {why}", path.display()));
+    let mut comps = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(part) => comps.push(part.to_owned()),
+            Component::RootDir | Component::CurDir => {}
+            _ => return Err(invalid("contains `..`")),
+        }
+    }
+    let Some((last, parents)) = comps.split_last() else {
+        return Err(invalid("the root directory is never removed"));
+    };
+    let missing = || FilesError::NotFound(path.display().to_string());
+    let mut dir = sysfs::open_root().map_err(|e| FilesError::io("opening /", path, e))?;
+    for (i, comp) in parents.iter().enumerate() {
+        dir = match sysfs::open_dir_at(dir.as_fd(), comp) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Err(missing()),
+            Err(e) => return Err(not_a_dir(path, &parents[..=i], dir.as_fd(), comp, e)),
+        };
+    }
+    let last: &OsStr = last;
+    let kind = kind_at(dir.as_fd(), last).map_err(|e| FilesError::io("inspecting", path, e))?;
+    let slash = path.as_os_str().as_encoded_bytes().ends_with(b"/");
+    let removed = match kind {
+        None => return Err(missing()),
+        Some(Kind::Symlink) if slash => {
+            return Err(invalid("is a symlink; name the real directory"));
+        }
+        Some(Kind::Dir) => remove_tree_within(dir.as_fd(), last, MAX_DEPTH + 1),
+        Some(_) if slash => return Err(invalid("is not a directory")),
+        Some(_) => sysfs::unlink_at(dir.as_fd(), last, false),
+    };
+    removed.map_err(|e| match e.get_ref() {
+        Some(inner) if inner.is::<TooDeep>() => invalid(&format!(
+            "has directories more than {MAX_DEPTH} levels below it; the rest of it was left"
+        )),
+        _ if e.kind() == ErrorKind::NotFound => missing(),
+        _ => FilesError::io("removing", path, e),
+    })
+}
