@@ -57,6 +57,9 @@ func newAtcWay(ctx context.Context, o options, prefix string) (*atcWay, string, 
 		return nil, "", err
 	}
 	delivery, err := k8s.InitContainer(o.shimImage).WithTLS(k8s.TLSMode(o.tlsMode))
+	if o.shimConfigMap != "" {
+		delivery = k8s.FromConfigMap(o.shimConfigMap)
+	}
 	if err != nil {
 		kit.Close()
 		return nil, "", err

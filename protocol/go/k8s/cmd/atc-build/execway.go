@@ -16,6 +16,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,6 +38,8 @@ type execWay struct {
 	// prefix starts the names of this run's pods.
 	prefix string
 	pods   []string
+	// streamed counts the bytes of the artifacts' tar streams through this process.
+	streamed atomic.Int64
 }
 
 func newExecWay(cs kubernetes.Interface, cfg *rest.Config, ns, image, prefix string) *execWay {
@@ -154,7 +157,7 @@ func (e *execWay) stream(ctx context.Context, src, srcDir, dst, dstDir string) e
 	r, w := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		err := e.exec(ctx, src, []string{"tar", "cf", "-", "-C", srcDir, "."}, nil, w)
+		err := e.exec(ctx, src, []string{"tar", "cf", "-", "-C", srcDir, "."}, nil, &counter{w: w, n: &e.streamed})
 		w.CloseWithError(err)
 		done <- err
 	}()
@@ -176,6 +179,21 @@ func (e *execWay) stream(ctx context.Context, src, srcDir, dst, dstDir string) e
 		return fmt.Errorf("streaming into %s:%s: %w", e.pod(dst), dstDir, errIn)
 	}
 	return nil
+}
+
+// ControllerBytes is how many bytes of artifacts went through this process.
+func (e *execWay) ControllerBytes() int64 { return e.streamed.Load() }
+
+// counter counts what is written through it into n.
+type counter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c *counter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 func (e *execWay) CheckContainer(ctx context.Context) (time.Duration, error) {

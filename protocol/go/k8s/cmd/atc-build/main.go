@@ -31,7 +31,7 @@ import (
 type options struct {
 	execKubeconfig, execNamespace           string
 	kubeconfig, namespace, keyFile, tlsMode string
-	stepImage, shimImage                    string
+	stepImage, shimImage, shimConfigMap     string
 	ways, jsonPath, markdownPath            string
 	build                                   Build
 	timeout                                 time.Duration
@@ -47,6 +47,8 @@ func main() {
 	flag.StringVar(&o.tlsMode, "tls", "", "the atc way's shim TLS: empty (on) or off")
 	flag.StringVar(&o.stepImage, "step-image", "stepshim.local/step:dev", "the steps' image")
 	flag.StringVar(&o.shimImage, "shim-image", "stepshim.local/stepshim:dev", "the shim's image (atc way)")
+	flag.StringVar(&o.shimConfigMap, "shim-configmap", "", "deliver the atc way's shim from this ConfigMap "+
+		"(plain HTTP) instead of by an init container from -shim-image (TLS)")
 	flag.StringVar(&o.ways, "ways", "exec,atc", "the ways to run, in order: exec, atc")
 	flag.IntVar(&o.build.Checks, "checks", 100, "checks run in the check container")
 	flag.IntVar(&o.build.Files, "files", 200, "files of the get's source tree")
@@ -80,6 +82,17 @@ func (o *options) validate() error {
 	return nil
 }
 
+// delivery says how the atc way's pods get their shim.
+func (o *options) delivery() string {
+	switch {
+	case o.shimConfigMap != "":
+		return "ConfigMap " + o.shimConfigMap + ", plain HTTP"
+	case o.tlsMode == "off":
+		return "init container from " + o.shimImage + ", plain HTTP"
+	}
+	return "init container from " + o.shimImage + ", TLS"
+}
+
 func run(o options) error {
 	if err := o.validate(); err != nil {
 		return err
@@ -95,6 +108,7 @@ func run(o options) error {
 		}
 		if i == 0 {
 			report.Context = newContext(o.build, version)
+			report.Context.Delivery = o.delivery()
 		}
 		res := runBuild(ctx, w, o.build)
 		cancel()

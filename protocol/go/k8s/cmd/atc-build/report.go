@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -23,6 +24,8 @@ type Context struct {
 	LoadAfter  string `json:"load_after"`
 	Checks     int    `json:"checks"`
 	Files      int    `json:"files"`
+	// Delivery is how the atc way's pods get their shim.
+	Delivery string `json:"atc_shim_delivery"`
 }
 
 // Report is a run's context and its ways' results.
@@ -40,7 +43,8 @@ func loadAverage() string {
 }
 
 func newContext(b Build, kubernetes string) Context {
-	return Context{Command: strings.Join(os.Args, " "), Date: time.Now().UTC().Format(time.RFC3339),
+	args := append([]string{filepath.Base(os.Args[0])}, os.Args[1:]...)
+	return Context{Command: strings.Join(args, " "), Date: time.Now().UTC().Format(time.RFC3339),
 		Kubernetes: kubernetes, CPUs: runtime.NumCPU(), LoadBefore: loadAverage(), Checks: b.Checks, Files: b.Files}
 }
 
@@ -59,8 +63,9 @@ func cell(p *Phase) string {
 // container set-up + process run + what the step kept after) and each way's note and outcome.
 func writeMarkdown(w io.Writer, r *Report) {
 	c := r.Context
-	fmt.Fprintf(w, "`%s`\n\n%s, Kubernetes %s, %d CPUs, load average before %s and after %s; %d checks, %d source files.\n\n",
-		c.Command, c.Date, c.Kubernetes, c.CPUs, c.LoadBefore, c.LoadAfter, c.Checks, c.Files)
+	fmt.Fprintf(w, "`%s`\n\n%s, Kubernetes %s, %d CPUs, load average before %s and after %s; %d checks, "+
+		"%d source files; the atc way's shim: %s.\n\n",
+		c.Command, c.Date, c.Kubernetes, c.CPUs, c.LoadBefore, c.LoadAfter, c.Checks, c.Files, c.Delivery)
 	var names []string
 	for _, res := range r.Ways {
 		names = append(names, res.Way)
@@ -85,6 +90,9 @@ func writeMarkdown(w io.Writer, r *Report) {
 		}
 		fmt.Fprintf(w, "- **%s**: %s. %s; task run 2: cache %s; put: `%s`.\n", res.Way, res.Note, status,
 			res.CacheRun2, res.Version)
+		if res.ControllerBytes != nil {
+			fmt.Fprintf(w, "  Artifacts through the controller: %.1f MiB.\n", float64(*res.ControllerBytes)/(1<<20))
+		}
 		if res.CleanupErr != "" {
 			fmt.Fprintf(w, "  Clean-up failed: %s\n", res.CleanupErr)
 		}

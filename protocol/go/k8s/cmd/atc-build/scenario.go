@@ -116,14 +116,16 @@ type Phase struct {
 
 // Result is one way's build.
 type Result struct {
-	Way        string  `json:"way"`
-	Note       string  `json:"note"`
-	Phases     []Phase `json:"phases"`
-	TotalSecs  float64 `json:"total_secs"`
-	Version    string  `json:"put_version,omitempty"`
-	CacheRun2  string  `json:"task_run_2_cache,omitempty"`
-	Error      string  `json:"error,omitempty"`
-	CleanupErr string  `json:"cleanup_error,omitempty"`
+	Way       string  `json:"way"`
+	Note      string  `json:"note"`
+	Phases    []Phase `json:"phases"`
+	TotalSecs float64 `json:"total_secs"`
+	Version   string  `json:"put_version,omitempty"`
+	CacheRun2 string  `json:"task_run_2_cache,omitempty"`
+	// ControllerBytes is what the way carried of the artifacts through this process, when it does.
+	ControllerBytes *int64 `json:"controller_bytes,omitempty"`
+	Error           string `json:"error,omitempty"`
+	CleanupErr      string `json:"cleanup_error,omitempty"`
 }
 
 func (r *Result) add(name string, t stepTime) {
@@ -138,6 +140,10 @@ func runBuild(ctx context.Context, w way, b Build) Result {
 	start := time.Now()
 	err := steps(ctx, w, b, &r)
 	r.TotalSecs = time.Since(start).Seconds()
+	if c, ok := w.(interface{ ControllerBytes() int64 }); ok {
+		n := c.ControllerBytes()
+		r.ControllerBytes = &n
+	}
 	if err != nil {
 		r.Error = err.Error()
 	}
