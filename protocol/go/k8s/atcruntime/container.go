@@ -24,10 +24,10 @@ const (
 	// under the name Garden gives it.
 	PropertyUser = "user"
 	// PropertyDir is the working directory of processes whose ProcessSpec names none (ContainerSpec.Dir).
-	PropertyDir = "stepshim.dev/dir"
+	PropertyDir = "stepshim.dev:dir"
 	// PropertyReady is set once FindOrCreateContainer has put the inputs, caches and outputs in place;
 	// a pod found without it is set up again.
-	PropertyReady = "stepshim.dev/ready"
+	PropertyReady = "stepshim.dev:ready"
 )
 
 // Container runs processes in one step pod. Methods are safe for concurrent use.
