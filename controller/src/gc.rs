@@ -4,8 +4,9 @@
 //! desired set once they are older than a grace period, so a pod being created right now by another
 //! request is never collected. Retire deletes everything the worker created. The health check
 //! confirms the apiserver answers and, with SelfSubjectAccessReview, that the worker's credentials
-//! hold the pod verbs it needs and none of the exec family it must not need, and which ways to the
-//! shims they allow: the pod IP needs no Kubernetes right (only a route), the apiserver's proxy
+//! hold the pod verbs it needs and none of the exec family it must not need, the rights images of
+//! step pods (secrets) and hermetic pods (networkpolicies) need, and which ways to the shims they
+//! allow: the pod IP needs no Kubernetes right (only a route), the apiserver's proxy
 //! needs the `pods/proxy` verbs.
 
 use std::collections::HashSet;
@@ -20,7 +21,7 @@ use kube::Api;
 use kube::api::PostParams;
 use serde::Serialize;
 
-use crate::manifests::{POD_VERBS, PROXY_VERBS, SECRET_VERBS, UNNEEDED};
+use crate::manifests::{POD_VERBS, POLICY_VERBS, PROXY_VERBS, SECRET_VERBS, UNNEEDED};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::via::Via;
 
@@ -93,6 +94,9 @@ pub struct Health {
     /// The verbs on secrets that images from step pods (`run --image-from`) need, with their
     /// answers; they do not count in `ok` (steps without such images never need them).
     pub secrets: Vec<Access>,
+    /// The verbs on networkpolicies (networking.k8s.io) that hermetic pods (`run --hermetic`)
+    /// need, with their answers; they do not count in `ok`.
+    pub network_policies: Vec<Access>,
     /// The ways to the shims these credentials allow: `direct` always (it needs a route to pod
     /// IPs, which an access review cannot tell), `proxy` when every `pods/proxy` verb is allowed.
     pub transports: Vec<String>,
@@ -108,14 +112,19 @@ pub async fn check(rt: &Runtime) -> Result<Health, RuntimeError> {
     let ask = async |list: &[(&str, &str)]| -> Result<Vec<Access>, RuntimeError> {
         let mut out = Vec::new();
         for (resource, verb) in list {
+            // `resource[.group][/subresource]` as kubectl names them; no group: the core group.
             let (res, sub) = resource
                 .split_once('/')
                 .map_or((*resource, None), |(r, s)| (r, Some(s.to_owned())));
+            let (res, group) = res
+                .split_once('.')
+                .map_or((res, None), |(r, g)| (r, Some(g.to_owned())));
             let review = SelfSubjectAccessReview {
                 spec: SelfSubjectAccessReviewSpec {
                     resource_attributes: Some(ResourceAttributes {
                         namespace: Some(rt.namespace.clone()),
                         resource: Some(res.to_owned()),
+                        group,
                         subresource: sub,
                         verb: Some((*verb).to_owned()),
                         ..Default::default()
@@ -141,6 +150,11 @@ pub async fn check(rt: &Runtime) -> Result<Health, RuntimeError> {
     let proxy = ask(&proxy).await?;
     let secrets: Vec<_> = SECRET_VERBS.iter().map(|v| ("secrets", *v)).collect();
     let secrets = ask(&secrets).await?;
+    let policies: Vec<_> = POLICY_VERBS
+        .iter()
+        .map(|v| ("networkpolicies.networking.k8s.io", *v))
+        .collect();
+    let network_policies = ask(&policies).await?;
     let proxy_ok = proxy.iter().all(|a| a.allowed);
     let mut transports = vec!["direct".to_owned()];
     if proxy_ok {
@@ -154,6 +168,7 @@ pub async fn check(rt: &Runtime) -> Result<Health, RuntimeError> {
         unneeded,
         proxy,
         secrets,
+        network_policies,
         transports,
         ok,
     })

@@ -10,6 +10,7 @@
 //! - [`progress`]: a pod's way to ready, from its status, with Kubernetes' reasons.
 //! - [`watch`]: the one shared reflector on the worker's pods that every wait reads.
 //! - [`via`]: the way to a shim: the pod IP, or the apiserver's `pods/proxy` with our credentials.
+//! - [`hermetic`]: the NetworkPolicy of a hermetic step pod, its creation, ownership and gc.
 //! - [`gc`]: garbage collection, retirement and the credentials health check.
 //! - [`transfer`]: artifacts between step pods: a grant and a pull, or through the controller.
 //! - [`image`]: images from step pods, the pure part: `POD:/PATH`, the image's name and reference,
@@ -23,6 +24,7 @@
 //! module; the benchmarks are the `bench` crate.
 
 pub mod gc;
+pub mod hermetic;
 pub mod image;
 pub mod image_source;
 pub mod manifests;

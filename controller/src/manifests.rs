@@ -1,6 +1,7 @@
 //! What an operator applies once per namespace: the worker's ServiceAccount, a Role granting pods
-//! get/list/watch/create/delete (and configmaps get, for ConfigMap delivery, and secrets
-//! list/create/patch/delete, for the image-pull Secrets of images from step pods) and nothing of
+//! get/list/watch/create/delete (and configmaps get, for ConfigMap delivery, secrets
+//! list/create/patch/delete, for the image-pull Secrets of images from step pods, and
+//! networkpolicies list/create/patch/delete, for hermetic step pods) and nothing of
 //! `pods/exec`, `pods/attach` or `pods/portforward`, the RoleBinding, and optionally the ConfigMap
 //! carrying the shim binary. A worker that reaches shims through the apiserver (`--via proxy` or
 //! `auto`) also gets `pods/proxy` with exactly the verbs the shim's methods map to. A NetworkPolicy
@@ -45,6 +46,10 @@ pub const PROXY_VERBS: &[&str] = &["get", "create", "update", "delete"];
 /// The verbs on secrets that images from step pods need (`stepctl run --image-from`): create
 /// an image-pull Secret, make the pod its owner, and let gc list and delete those left behind.
 pub const SECRET_VERBS: &[&str] = &["list", "create", "patch", "delete"];
+/// The verbs on networkpolicies (networking.k8s.io) that hermetic step pods need (`stepctl run
+/// --hermetic`): create the pod's policy, make the pod its owner, and let gc list and delete
+/// those left behind.
+pub const POLICY_VERBS: &[&str] = &["list", "create", "patch", "delete"];
 /// Rights a worker never uses: holding them is over-privileged, and `stepctl check` warns.
 pub const UNNEEDED: &[(&str, &str)] = &[
     ("pods/exec", "create"),
@@ -71,6 +76,12 @@ pub fn rules(proxy: bool) -> Vec<PolicyRule> {
             api_groups: Some(vec![String::new()]),
             resources: Some(vec!["secrets".into()]),
             verbs: SECRET_VERBS.iter().map(|v| (*v).to_owned()).collect(),
+            ..Default::default()
+        },
+        PolicyRule {
+            api_groups: Some(vec!["networking.k8s.io".into()]),
+            resources: Some(vec!["networkpolicies".into()]),
+            verbs: POLICY_VERBS.iter().map(|v| (*v).to_owned()).collect(),
             ..Default::default()
         },
     ];
@@ -297,6 +308,15 @@ mod tests {
                 .unwrap()
                 .contains("- pods/proxy")
         );
+        let policies = plain
+            .iter()
+            .find(|r| r.resources.as_deref() == Some(&["networkpolicies".to_owned()][..]))
+            .expect("a networkpolicies rule");
+        assert_eq!(
+            policies.api_groups.as_deref(),
+            Some(&["networking.k8s.io".to_owned()][..])
+        );
+        assert_eq!(policies.verbs, ["list", "create", "patch", "delete"]);
         let cm = shim_configmap("stepshim", "steps", vec![0, 1, 2, 255]).unwrap();
         assert!(cm.contains("binaryData") && cm.contains("stepshim: AAEC/w=="));
     }

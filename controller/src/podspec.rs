@@ -1,6 +1,8 @@
 //! Builds a step pod: the user's image with `stepshim` as PID 1 of its main container, the shim
 //! delivered by an init container (copying it out of the shim image into an emptyDir) or by a
-//! ConfigMap, a `/healthz` readiness probe, and the pod's labels, resources and security settings.
+//! ConfigMap, a `/healthz` readiness probe, and the pod's labels, resources and security settings,
+//! the CA bundle of a ConfigMap at `/etc/ssl/certs`, and the label of a hermetic pod (its
+//! NetworkPolicy is [`crate::hermetic`]'s).
 
 use std::collections::BTreeMap;
 
@@ -28,6 +30,10 @@ pub const SHIM_DIR: &str = "/.stepshim";
 pub const MAIN_CONTAINER: &str = "step";
 /// Key of the shim binary in the shim ConfigMap.
 pub const CONFIGMAP_KEY: &str = "stepshim";
+/// Where [`StepSpec::certs_configmap`] is mounted, read-only, in the main container.
+pub const CERTS_DIR: &str = "/etc/ssl/certs";
+/// The name of that volume.
+pub const CERTS_VOLUME: &str = "certs";
 
 /// How the shim binary reaches the main container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,9 +65,10 @@ pub struct StepSpec {
     pub env: Vec<(String, String)>,
     /// CPU request and limit, e.g. `500m`.
     pub cpu: Option<String>,
-    /// CPU request without a limit (no CFS quota), e.g. `100m`; ignored when `cpu` is set. A pod
-    /// with a request is Burstable, so its cgroup gets `cpu.shares` in proportion to the request
-    /// instead of BestEffort's 2.
+    /// CPU request without a limit (no CFS quota), e.g. `100m`: a weight, as Garden's CPU shares,
+    /// never a cap. Ignored when `cpu` is set (`stepctl run` refuses both). A pod with a request is
+    /// Burstable, so its cgroup gets `cpu.shares` in proportion to the request instead of
+    /// BestEffort's 2.
     pub cpu_request: Option<String>,
     /// Memory request and limit, e.g. `1Gi`.
     pub memory: Option<String>,
@@ -86,6 +93,14 @@ pub struct StepSpec {
     pub image_pull_secrets: Vec<String>,
     /// Images mounted read-only into the main container, as volumes `image-0`, `image-1`, ...
     pub image_volumes: Vec<ImageMount>,
+    /// Cut the pod off the network: [`crate::runtime::Runtime::create_pod`] first creates the
+    /// pod's own NetworkPolicy ([`crate::hermetic`]), which the pod then owns, denying all egress
+    /// but to the shim port of the worker's pods. The pod carries the label
+    /// [`crate::hermetic::HERMETIC_LABEL`] with its name, which must be a label value.
+    pub hermetic: bool,
+    /// A ConfigMap mounted read-only at `/etc/ssl/certs` of the main container in place of the
+    /// image's directory (the worker's CA bundle).
+    pub certs_configmap: Option<String>,
     /// Shim delivery.
     pub delivery: Delivery,
     /// Whether the shim serves TLS (PROTOCOL.md 1.1): on by default with an init container
@@ -116,6 +131,8 @@ impl StepSpec {
             image_pull_policy: None,
             image_pull_secrets: Vec::new(),
             image_volumes: Vec::new(),
+            hermetic: false,
+            certs_configmap: None,
             tls: matches!(delivery, Delivery::InitContainer { .. }),
             delivery,
         }
@@ -190,6 +207,14 @@ pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str, tls_seed: Op
                         }),
                         ..Default::default()
                     }))
+                    .chain(spec.certs_configmap.iter().map(|name| Volume {
+                        name: CERTS_VOLUME.into(),
+                        config_map: Some(ConfigMapVolumeSource {
+                            name: name.clone(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }))
                     .collect(),
             ),
             node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
@@ -216,6 +241,12 @@ fn metadata(spec: &StepSpec, worker: &str) -> ObjectMeta {
             labels.insert(key.to_owned(), label_value(v));
             annotations.insert(key.to_owned(), v.clone());
         }
+    }
+    if spec.hermetic {
+        labels.insert(
+            crate::hermetic::HERMETIC_LABEL.to_owned(),
+            spec.name.clone(),
+        );
     }
     ObjectMeta {
         name: Some(spec.name.clone()),
@@ -375,6 +406,12 @@ fn main_container(spec: &StepSpec, token_sha256: &str, tls_seed: Option<&str>) -
                         ..Default::default()
                     }),
             )
+            .chain(spec.certs_configmap.iter().map(|_| VolumeMount {
+                name: CERTS_VOLUME.into(),
+                mount_path: CERTS_DIR.into(),
+                read_only: Some(true),
+                ..Default::default()
+            }))
             .collect(),
         ),
         ..Default::default()

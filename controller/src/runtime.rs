@@ -1,8 +1,9 @@
 //! One target of the controller: a kubeconfig (or in-cluster service account), a namespace and a
 //! worker name. Creates step pods, waits for them on the shared pod watch, hands out shim clients
 //! with each pod's token (to the pod IP or through the apiserver, see [`crate::via`]), and deletes
-//! pods. Pods are the only API objects it touches (the image-pull Secrets of images from step pods
-//! are [`crate::image_source`]'s).
+//! pods. Pods are the only API objects it touches but the NetworkPolicies of hermetic pods
+//! ([`crate::hermetic`]; the image-pull Secrets of images from step pods are
+//! [`crate::image_source`]'s).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use thiserror::Error;
 
+use crate::hermetic;
 use crate::podspec::{self, SHIM_PORT, StepSpec, WORKER_LABEL};
 pub use crate::progress::{Progress, failing_container, progress};
 use crate::token::Key;
@@ -81,6 +83,18 @@ pub enum RuntimeError {
     /// A shim call failed.
     #[error(transparent)]
     Shim(#[from] ClientError),
+    /// The step spec cannot make a pod.
+    #[error("{0}")]
+    BadSpec(String),
+    /// A Kubernetes call on a hermetic pod's NetworkPolicy failed.
+    #[error("network policy {name}: {source}")]
+    Policy {
+        /// The policy.
+        name: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
 }
 
 /// ` (container C, image I)` for [`RuntimeError::PodFailed`], or nothing.
@@ -198,13 +212,32 @@ impl Runtime {
         self.create_pod(spec).await.map(|_| ())
     }
 
-    /// Creates the step pod for `spec` and returns it as the apiserver made it (with its UID).
+    /// Creates the step pod for `spec` and returns it as the apiserver made it (with its UID). A
+    /// hermetic pod's NetworkPolicy comes first ([`hermetic`]): a pod that cannot be created takes
+    /// it along, and a pod created becomes its owner.
     pub async fn create_pod(&self, spec: &StepSpec) -> Result<Pod, RuntimeError> {
         let token = self.token(&spec.name);
         let hash = protocol::token::sha256_hex(&token);
         let seed = spec.tls.then(|| client::Seed::for_token(&token).to_hex());
         let pod = podspec::build_pod(spec, &self.worker, &hash, seed.as_deref());
-        Ok(self.pods.create(&PostParams::default(), &pod).await?)
+        if !spec.hermetic {
+            return Ok(self.pods.create(&PostParams::default(), &pod).await?);
+        }
+        hermetic::create(self, spec, &self.pods).await?;
+        match self.pods.create(&PostParams::default(), &pod).await {
+            Ok(created) => {
+                let uid = created.metadata.uid.clone().unwrap_or_default();
+                hermetic::own(self, &spec.name, &uid).await;
+                Ok(created)
+            }
+            Err(e) => {
+                // A pod of that name already there may be the policy's: leave the policy to gc.
+                if !matches!(&e, kube::Error::Api(a) if a.code == 409) {
+                    let _ = hermetic::delete(self, &hermetic::policy_name(&spec.name)).await;
+                }
+                Err(e.into())
+            }
+        }
     }
 
     /// The cached pod `name` of this worker.

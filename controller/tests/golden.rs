@@ -1,6 +1,7 @@
 //! Golden files shared with the Go kit (`protocol/go/k8s`): the step pod `build_pod` makes for each
-//! case of `protocol/testdata/steppod-cases.json`, compared field by field to `steppod-<case>.json`;
-//! the token of `token.json`; the readiness verdicts of `progress.json`; and the image-pull Secret
+//! case of `protocol/testdata/steppod-cases.json`, compared field by field to `steppod-<case>.json`,
+//! and each hermetic case's NetworkPolicy to `hermetic-policy-<case>.json`; the token of
+//! `token.json`; the readiness verdicts of `progress.json`; and the image-pull Secret
 //! of `imagepull-secret.json`. The Go tests check the same files, so both sides build the same pod
 //! and Secret, derive the same token and read a status alike.
 //!
@@ -95,7 +96,11 @@ struct SpecIn {
     #[serde(default)]
     env: Vec<EnvIn>,
     cpu: Option<String>,
+    cpu_request: Option<String>,
     memory: Option<String>,
+    #[serde(default)]
+    hermetic: bool,
+    certs_config_map: Option<String>,
     run_as_user: Option<i64>,
     run_as_group: Option<i64>,
     #[serde(default)]
@@ -136,7 +141,10 @@ impl SpecIn {
         s.step = self.step;
         s.env = self.env.into_iter().map(|e| (e.name, e.value)).collect();
         s.cpu = self.cpu;
+        s.cpu_request = self.cpu_request;
         s.memory = self.memory;
+        s.hermetic = self.hermetic;
+        s.certs_configmap = self.certs_config_map;
         s.run_as_user = self.run_as_user;
         s.run_as_group = self.run_as_group;
         s.privileged = self.privileged;
@@ -159,24 +167,39 @@ fn step_pods_match_the_golden_files() {
     let cases: Cases = serde_json::from_value(read("steppod-cases.json")).unwrap();
     assert!(cases.cases.len() >= 3, "the cases cover both deliveries");
     let mut failures = Vec::new();
+    let mut hermetic = 0;
     for case in cases.cases {
-        let file = format!("steppod-{}.json", case.name);
-        let seed = case.tls_seed.as_deref();
+        let spec = case.spec.into_spec();
         let pod = build_pod(
-            &case.spec.into_spec(),
+            &spec,
             &case.worker,
             &case.token_sha256,
-            seed,
+            case.tls_seed.as_deref(),
         );
-        let got = serde_json::to_value(&pod).unwrap();
-        if updating() {
-            write(&file, &got);
-            continue;
+        let mut outputs = vec![(
+            format!("steppod-{}.json", case.name),
+            serde_json::to_value(&pod).unwrap(),
+        )];
+        // A hermetic pod's NetworkPolicy, created with it.
+        if spec.hermetic {
+            hermetic += 1;
+            let policy = controller::hermetic::policy(&case.worker, &spec.name);
+            outputs.push((
+                format!("hermetic-policy-{}.json", case.name),
+                serde_json::to_value(&policy).unwrap(),
+            ));
         }
-        let mut out = Vec::new();
-        diff("", &read(&file), &got, &mut out);
-        failures.extend(out.into_iter().map(|d| format!("{file}: {d}")));
+        for (file, got) in outputs {
+            if updating() {
+                write(&file, &got);
+                continue;
+            }
+            let mut out = Vec::new();
+            diff("", &read(&file), &got, &mut out);
+            failures.extend(out.into_iter().map(|d| format!("{file}: {d}")));
+        }
     }
+    assert!(hermetic > 0, "a case is hermetic");
     assert!(
         failures.is_empty(),
         "build_pod differs from the golden files (STEPSHIM_UPDATE_GOLDEN=1 rewrites them; review the diff):\n{}",

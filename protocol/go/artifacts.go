@@ -351,7 +351,8 @@ func (v *Volume) StreamIn(ctx context.Context, path string, compression Compress
 var p2pTargets sync.Map
 
 // GetStreamInP2PURL returns a URL naming this volume's path as a P2P destination, for StreamP2POut
-// on the source volume (in this process, within ten minutes).
+// on the source volume (in this process, within ten minutes). A runtime with several processes uses
+// package atcruntime of the Go kit instead, whose URLs any process holding the worker's key acts on.
 func (v *Volume) GetStreamInP2PURL(ctx context.Context, path string) (string, error) {
 	var raw [12]byte
 	if _, err := rand.Read(raw[:]); err != nil {
@@ -373,11 +374,16 @@ func (v *Volume) StreamP2POut(ctx context.Context, path, destURL string, compres
 	if compression != Identity && compression != Gzip && compression != "" {
 		return fmt.Errorf("%w: %q", ErrCompression, compression)
 	}
-	i := strings.LastIndex(destURL, "/p2p-")
+	// Parameters a caller appended (ATC adds ?limit=) do not name the destination.
+	u, err := url.Parse(destURL)
+	i := -1
+	if err == nil {
+		i = strings.LastIndex(u.Path, "/p2p-")
+	}
 	if i < 0 {
 		return fmt.Errorf("shim: %q is not a URL from GetStreamInP2PURL", destURL)
 	}
-	nonce := destURL[i+len("/p2p-"):]
+	nonce := u.Path[i+len("/p2p-"):]
 	d, ok := p2pTargets.LoadAndDelete(nonce)
 	if !ok {
 		return fmt.Errorf("shim: P2P destination %q is unknown or expired", destURL)

@@ -20,11 +20,12 @@ import (
 // DefaultMaxAnswerBytes bounds one JSON answer (and the metrics) unless Client.MaxAnswerBytes says
 // otherwise. The largest legitimate answers at the shim's defaults (PROTOCOL.md sections 4 and 7),
 // every field at its widest (TestLargestAnswersFit builds them): GET /v1/processes with
-// STEPSHIM_MAX_PROCESSES (4096) processes of 423 bytes each (a 128-byte id) is 1.65 MiB; GET
+// STEPSHIM_MAX_PROCESSES (4096) processes of 442 bytes each (a 128-byte id) is 1.73 MiB; GET
 // /v1/pulls with its 256 remembered pulls, each with a 4096-byte path and target and a 512-byte
 // quoted error of control bytes, is 2.9 MiB; GET /v1/grants with STEPSHIM_MAX_GRANTS (64) grants of
 // 4096-byte paths is 0.26 MiB. 4 MiB holds each; a caller whose shims are configured for more
-// processes or grants raises it by 512 bytes per process or 4.5 KiB per grant.
+// processes or grants raises it by 512 bytes per process or 4.5 KiB per grant. Properties reads
+// up to DefaultMaxPropertiesAnswerBytes when that is more.
 const DefaultMaxAnswerBytes = 4 << 20
 
 // MaxErrorBodyBytes bounds the body of an error answer; the shim's are well under 1 KiB. A longer

@@ -3,7 +3,6 @@
 //! name length, value size and total bytes are bounded by the `STEPSHIM_PROPERTIES_*` settings; a
 //! refused set leaves the store as it was.
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use crate::error::Error;
@@ -28,12 +27,21 @@ pub(crate) struct Properties {
     inner: Mutex<Store>,
 }
 
+/// Names and values in a vector sorted by name: a few hundred entries at most, and far less code in
+/// the binary than a map's.
 #[derive(Debug, Default)]
 struct Store {
     /// Ordered by name, as `GET` lists them.
-    map: BTreeMap<String, String>,
+    entries: Vec<(String, String)>,
     /// Bytes of every name and value.
     bytes: usize,
+}
+
+impl Store {
+    /// Where `name` is, or would be inserted.
+    fn find(&self, name: &str) -> Result<usize, usize> {
+        self.entries.binary_search_by(|(k, _)| k.as_str().cmp(name))
+    }
 }
 
 impl Properties {
@@ -65,7 +73,19 @@ impl Properties {
     /// Every property as a JSON object, name to value, ordered by name.
     pub(crate) fn to_json(&self) -> Vec<u8> {
         let store = self.lock();
-        serde_json::to_vec(&store.map).unwrap_or_else(|_| b"{}".to_vec())
+        let mut out = Vec::with_capacity(store.bytes + 6 * store.entries.len() + 2);
+        out.push(b'{');
+        for (i, (name, value)) in store.entries.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            // Writing into a vector cannot fail; strings always serialize.
+            let _ = serde_json::to_writer(&mut out, name);
+            out.push(b':');
+            let _ = serde_json::to_writer(&mut out, value);
+        }
+        out.push(b'}');
+        out
     }
 
     /// Sets `name` to `value`, replacing its value; 409 `properties_full` when a new name would be
@@ -73,21 +93,25 @@ impl Properties {
     pub(crate) fn set(&self, name: &str, value: String) -> Result<(), Error> {
         self.check_name(name)?;
         let mut store = self.lock();
-        let old = store.map.get(name).map(|v| name.len() + v.len());
-        if old.is_none() && store.map.len() >= self.limits.max_count {
+        let at = store.find(name);
+        let old = at.map_or(0, |i| name.len() + store.entries[i].1.len());
+        if at.is_err() && store.entries.len() >= self.limits.max_count {
             return Err(Error::PropertiesFull(format!(
                 "{} properties are set, the limit; delete some first",
-                store.map.len()
+                store.entries.len()
             )));
         }
-        let bytes = store.bytes - old.unwrap_or(0) + name.len() + value.len();
+        let bytes = store.bytes - old + name.len() + value.len();
         if bytes > self.limits.max_bytes {
             return Err(Error::PropertiesFull(format!(
                 "properties would take {bytes} bytes, over the limit of {}; delete some first",
                 self.limits.max_bytes
             )));
         }
-        store.map.insert(name.to_owned(), value);
+        match at {
+            Ok(i) => store.entries[i].1 = value,
+            Err(i) => store.entries.insert(i, (name.to_owned(), value)),
+        }
         store.bytes = bytes;
         Ok(())
     }
@@ -95,8 +119,9 @@ impl Properties {
     /// Removes `name`, if set.
     pub(crate) fn delete(&self, name: &str) {
         let mut store = self.lock();
-        if let Some(v) = store.map.remove(name) {
-            store.bytes -= name.len() + v.len();
+        if let Ok(i) = store.find(name) {
+            let (_, value) = store.entries.remove(i);
+            store.bytes -= name.len() + value.len();
         }
     }
 

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use controller::{gc, image_source, manifests};
+use controller::{gc, hermetic, image_source, manifests};
 use serde_json::json;
 
 use super::Target;
@@ -145,13 +145,18 @@ pub async fn gc(target: &Target, args: GcArgs, out: Output) -> Result<i32> {
         }
         Err(e) => return Err(e.into()),
     };
+    // Hermetic pods' NetworkPolicies whose pod is gone (a Role without networkpolicies: none).
+    let policies = hermetic::collect_policies(rt, grace).await?;
     if out == Output::Json {
-        print_json(&json!({ "deleted": deleted, "secrets": secrets }));
+        print_json(&json!({ "deleted": deleted, "secrets": secrets, "networkPolicies": policies }));
         return Ok(0);
     }
     report_deleted(&deleted, out);
     for s in &secrets {
         println!("deleted secret {s}");
+    }
+    for p in &policies {
+        println!("deleted network policy {p}");
     }
     Ok(0)
 }
@@ -217,6 +222,20 @@ pub async fn check(target: &Target, out: Output) -> Result<i32> {
         } else {
             println!(
                 "  images from step pods (run --image-from) need secrets {}",
+                missing.join(", ")
+            );
+        }
+        let missing: Vec<_> = health
+            .network_policies
+            .iter()
+            .filter(|a| !a.allowed)
+            .map(|a| a.verb.as_str())
+            .collect();
+        if missing.is_empty() {
+            println!("  hermetic steps (run --hermetic): networkpolicies allowed");
+        } else {
+            println!(
+                "  hermetic steps (run --hermetic) need networkpolicies {}",
                 missing.join(", ")
             );
         }

@@ -192,6 +192,20 @@ pub struct RunArgs {
     /// CPU request and limit (e.g. 500m).
     #[arg(long)]
     pub cpu: Option<String>,
+    /// CPU request without a limit (e.g. 100m): a weight against the node's other pods, never a
+    /// cap. Not with --cpu.
+    #[arg(long, value_name = "QUANTITY")]
+    pub cpu_request: Option<String>,
+    /// Cut the step off the network: the pod's own NetworkPolicy, created before the pod and
+    /// deleted with it, denies all egress (DNS too) but to the shim port of the worker's step pods
+    /// (pulls of inputs). Needs a network plugin that enforces NetworkPolicy, and the Role's
+    /// networkpolicies rule (`stepctl manifests`).
+    #[arg(long)]
+    pub hermetic: bool,
+    /// Mount this ConfigMap read-only at /etc/ssl/certs of the step's container, in place of the
+    /// image's (a CA bundle, e.g. the key ca-certificates.crt).
+    #[arg(long, value_name = "NAME")]
+    pub certs_configmap: Option<String>,
     /// Memory request and limit (e.g. 1Gi).
     #[arg(long)]
     pub memory: Option<String>,

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use client::ShimClient;
+use controller::hermetic;
 use controller::image::{ImageFrom, ImageVolume};
 use controller::image_source::{self, StepImages};
-use controller::podspec::{Delivery, StepSpec};
+use controller::podspec::{self, Delivery, StepSpec};
 use controller::runtime::Runtime;
 use protocol::SpawnRequest;
 
@@ -40,7 +41,11 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<i32> {
         Target::Local(_) if args.image_from.is_some() || !args.image_volume.is_empty() => {
             bail!("--image-from and --image-volume need a cluster: the kubelet pulls the image")
         }
+        Target::Local(_) if args.hermetic || args.certs_configmap.is_some() => {
+            bail!("--hermetic and --certs-configmap need a cluster: they describe the step's pod")
+        }
         Target::Local(local) => {
+            pod_options(&args)?;
             prepare(local.client.clone()).await?;
             run_process(&local.client, &args.id, &spec).await
         }
@@ -82,6 +87,7 @@ pub fn images(args: &RunArgs) -> Result<(Option<&str>, Delivery)> {
     for v in image_volumes(args)? {
         v.from.name()?;
     }
+    pod_options(args)?;
     let delivery = match args.delivery {
         DeliveryArg::Init => {
             let Some(shim) = &args.shim_image else {
@@ -99,6 +105,30 @@ pub fn images(args: &RunArgs) -> Result<(Option<&str>, Delivery)> {
         },
     };
     Ok((image, delivery))
+}
+
+/// Refuses pod options that exclude each other or cannot make a pod, in one line each.
+fn pod_options(args: &RunArgs) -> Result<()> {
+    if args.cpu.is_some() && args.cpu_request.is_some() {
+        bail!("--cpu (request and limit) and --cpu-request (request only) exclude each other");
+    }
+    if args.cpu_request.as_deref() == Some("") || args.certs_configmap.as_deref() == Some("") {
+        bail!("--cpu-request and --certs-configmap take a value");
+    }
+    if args.certs_configmap.is_some()
+        && image_volumes(args)?
+            .iter()
+            .any(|v| v.mount_path == podspec::CERTS_DIR)
+    {
+        bail!(
+            "--certs-configmap and --image-volume both mount at {}",
+            podspec::CERTS_DIR
+        );
+    }
+    if let Some(name) = args.name.as_deref().filter(|_| args.hermetic) {
+        hermetic::check(name).map_err(|e| anyhow::anyhow!("--hermetic: {e}"))?;
+    }
+    Ok(())
 }
 
 /// The `--image-volume` arguments.
@@ -128,6 +158,9 @@ fn step_spec(args: &RunArgs, name: &str, sources: &StepImages) -> Result<StepSpe
     step.build = args.build.clone();
     step.step = args.step.clone();
     step.cpu = args.cpu.clone();
+    step.cpu_request = args.cpu_request.clone();
+    step.hermetic = args.hermetic;
+    step.certs_configmap = args.certs_configmap.clone();
     step.memory = args.memory.clone();
     step.privileged = args.privileged;
     step.image_pull_policy = args.pull_policy.clone();

@@ -168,3 +168,41 @@ fn image_volumes_are_mounted_read_only_into_the_main_container() {
     .unwrap();
     assert_eq!(plain["spec"]["volumes"].as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn certs_come_from_the_configmap_read_only_and_hermetic_pods_are_labelled_by_name() {
+    let mut spec = StepSpec::new("s", "busybox", Delivery::ConfigMap { name: "c".into() });
+    let plain = build_pod(&spec, "w", "t", None);
+    assert!(
+        !plain
+            .metadata
+            .labels
+            .unwrap()
+            .contains_key(crate::hermetic::HERMETIC_LABEL)
+    );
+    spec.certs_configmap = Some("worker-ca".into());
+    spec.hermetic = true;
+    let pod = build_pod(&spec, "w", "t", None);
+    assert_eq!(
+        pod.metadata.labels.unwrap()[crate::hermetic::HERMETIC_LABEL],
+        "s"
+    );
+    let podspec = pod.spec.unwrap();
+    let volume = podspec.volumes.unwrap().pop().unwrap();
+    assert_eq!(volume.name, CERTS_VOLUME);
+    assert_eq!(volume.config_map.unwrap().name, "worker-ca");
+    let mount = podspec.containers[0]
+        .volume_mounts
+        .clone()
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(
+        (
+            mount.name.as_str(),
+            mount.mount_path.as_str(),
+            mount.read_only
+        ),
+        (CERTS_VOLUME, "/etc/ssl/certs", Some(true))
+    );
+}

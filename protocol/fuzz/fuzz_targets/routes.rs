@@ -1,11 +1,16 @@
 //! Fuzzes what the shim parses out of a request line before authentication: the route and its
-//! process id, the query string, percent-decoding, and seconds. Nothing may panic; a matched
-//! process route's id must be valid; decoding must invert encoding; an owner (`UID:GID`) must be
-//! valid and print back as it parsed; request bodies must refuse anything but a JSON object.
+//! process id or property name, the query string, percent-decoding, and seconds. Nothing may panic;
+//! a matched process route's id and property route's name must be valid (a name only of
+//! `[A-Za-z0-9._:-]`, never `.` or `..`, so never a path of its own); decoding must invert encoding;
+//! an owner (`UID:GID`) must be valid and print back as it parsed; request bodies must refuse
+//! anything but a JSON object.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use protocol::routes::{Route, percent_decode, percent_encode, query_pairs, valid_id};
+use protocol::routes::{
+    Route, percent_decode, percent_encode, property_path, query_pairs, valid_id,
+    valid_property_name,
+};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
@@ -15,6 +20,11 @@ fuzz_target!(|data: &[u8]| {
         | Route::Resize(id) = route
         {
             assert!(valid_id(id), "{id:?}");
+        }
+        if let Route::Property(name) = route {
+            assert!(valid_property_name(name), "{name:?}");
+            assert!(!name.contains(['/', '%']) && name != "." && name != "..", "{name:?}");
+            assert_eq!(Route::parse(&property_path(name)), Ok(Route::Property(name)));
         }
         let _ = route.label();
     }

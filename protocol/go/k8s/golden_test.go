@@ -1,5 +1,5 @@
 // The golden files shared with the Rust controller (protocol/testdata, see its README): the pod StepPod
-// builds for each case, the token of token.json and the verdicts of progress.json, compared field by
+// builds for each case (and HermeticPolicy for a hermetic one), the token of token.json and the verdicts of progress.json, compared field by
 // field with the differing paths named. controller/tests/golden.rs checks the same files.
 
 package k8s
@@ -141,7 +141,10 @@ type caseSpec struct {
 	Step                         string              `json:"step"`
 	Env                          []EnvVar            `json:"env"`
 	CPU                          string              `json:"cpu"`
+	CPURequest                   string              `json:"cpuRequest"`
 	Memory                       string              `json:"memory"`
+	Hermetic                     bool                `json:"hermetic"`
+	CertsConfigMap               string              `json:"certsConfigMap"`
 	RunAsUser                    *int64              `json:"runAsUser"`
 	RunAsGroup                   *int64              `json:"runAsGroup"`
 	Privileged                   bool                `json:"privileged"`
@@ -163,6 +166,7 @@ func (c caseSpec) spec(t *testing.T, tls bool) StepSpec {
 		Memory: c.Memory, RunAsUser: c.RunAsUser, RunAsGroup: c.RunAsGroup, Privileged: c.Privileged,
 		NodeSelector: c.NodeSelector, Tolerations: c.Tolerations, ServiceAccount: c.ServiceAccount,
 		AutomountServiceAccountToken: c.AutomountServiceAccountToken, ImagePullPolicy: c.ImagePullPolicy,
+		CPURequest: c.CPURequest, Hermetic: c.Hermetic, CertsConfigMap: c.CertsConfigMap,
 	}
 	if c.Delivery.ConfigMap != "" {
 		s.Delivery = FromConfigMap(c.Delivery.ConfigMap)
@@ -192,6 +196,7 @@ func TestStepPodsMatchTheGoldenFiles(t *testing.T) {
 	}
 	testdata(t, "steppod-cases.json", &cases)
 	deliveries := map[string]bool{}
+	hermetic := 0
 	for _, c := range cases.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			spec := c.Spec.spec(t, c.TLSSeed != "")
@@ -209,7 +214,22 @@ func TestStepPodsMatchTheGoldenFiles(t *testing.T) {
 			for _, d := range out {
 				t.Errorf("steppod-%s.json: %s", c.Name, d)
 			}
+			if !spec.Hermetic {
+				return
+			}
+			hermetic++
+			file := "hermetic-policy-" + c.Name + ".json"
+			var policy any
+			testdata(t, file, &policy)
+			out = nil
+			diff("", policy, asJSON(t, HermeticPolicy(c.Worker, spec.Name)), &out)
+			for _, d := range out {
+				t.Errorf("%s: %s", file, d)
+			}
 		})
+	}
+	if hermetic == 0 {
+		t.Error("no case is hermetic")
 	}
 	if len(deliveries) != 3 {
 		t.Errorf("the cases cover %v, want both deliveries and the init container with and without TLS", deliveries)

@@ -61,8 +61,8 @@ func HermeticPolicy(worker, pod string) *networkingv1.NetworkPolicy {
 }
 
 // createPod creates pod, spec's, and for a hermetic spec its policy first: a policy an earlier
-// attempt left is replaced unless its pod is still there (then the pod's AlreadyExists error is
-// returned and nothing changes). A pod that cannot be created takes its new policy with it; a pod
+// attempt left is replaced unless its pod is still there (then the pod's create answers
+// AlreadyExists and the policy stays). A pod that cannot be created takes its new policy with it; a pod
 // created that cannot be made the policy's owner is returned with an error saying so (GC deletes
 // the policy once the pod is gone).
 func (w *Worker) createPod(ctx context.Context, spec StepSpec, pod *corev1.Pod) (*corev1.Pod, error) {
@@ -74,11 +74,13 @@ func (w *Worker) createPod(ctx context.Context, spec StepSpec, pod *corev1.Pod) 
 	policy := HermeticPolicy(w.worker, spec.Name)
 	_, err := policies.Create(ctx, policy, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		if _, err := pods.Get(ctx, spec.Name, metav1.GetOptions{}); err == nil {
-			return nil, apierrors.NewAlreadyExists(corev1.Resource("pods"), spec.Name)
-		}
-		if err = w.deletePolicy(ctx, policy.Name); err == nil {
-			_, err = policies.Create(ctx, policy, metav1.CreateOptions{})
+		// A pod still there keeps its policy (its own create answers AlreadyExists below); a policy
+		// an earlier attempt left without its pod is replaced.
+		_, err = pods.Get(ctx, spec.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			if err = w.deletePolicy(ctx, policy.Name); err == nil {
+				_, err = policies.Create(ctx, policy, metav1.CreateOptions{})
+			}
 		}
 	}
 	if err != nil {

@@ -153,3 +153,46 @@ fn flags_override_variables_and_junk_is_refused() {
         Err(ConfigError::UnknownArgument(_))
     ));
 }
+
+#[test]
+fn properties_caps_are_read_and_out_of_range_is_refused() {
+    let base = ("STEPSHIM_INSECURE_NO_AUTH", "1");
+    let defaults = Config::from_sources(env(&[base]), vec![]).unwrap();
+    let want = crate::properties::Limits {
+        max_count: 256,
+        max_name_bytes: 255,
+        max_value_bytes: 1 << 20,
+        max_bytes: 4 << 20,
+    };
+    assert_eq!(defaults.properties, want);
+    let c = Config::from_sources(
+        env(&[
+            base,
+            ("STEPSHIM_PROPERTIES_MAX_COUNT", "3"),
+            ("STEPSHIM_PROPERTIES_MAX_NAME_BYTES", "16"),
+            ("STEPSHIM_PROPERTIES_MAX_BYTES", "2000"),
+        ]),
+        vec!["--properties-max-value-bytes=1000".into()],
+    )
+    .unwrap();
+    let want = crate::properties::Limits {
+        max_count: 3,
+        max_name_bytes: 16,
+        max_value_bytes: 1000,
+        max_bytes: 2000,
+    };
+    assert_eq!(c.properties, want);
+    for bad in [
+        ("STEPSHIM_PROPERTIES_MAX_COUNT", "0"),
+        ("STEPSHIM_PROPERTIES_MAX_COUNT", "65537"),
+        ("STEPSHIM_PROPERTIES_MAX_NAME_BYTES", "4097"),
+        ("STEPSHIM_PROPERTIES_MAX_VALUE_BYTES", "0"),
+        ("STEPSHIM_PROPERTIES_MAX_VALUE_BYTES", "1073741825"),
+        ("STEPSHIM_PROPERTIES_MAX_BYTES", "-1"),
+    ] {
+        assert!(
+            Config::from_sources(env(&[base, bad]), vec![]).is_err(),
+            "{bad:?}"
+        );
+    }
+}

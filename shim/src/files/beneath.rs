@@ -148,34 +148,22 @@ pub(crate) fn kind_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Option<Ki
 /// opened as they are descended (one fd per level), so depth costs descriptors: entry names are
 /// limited in depth for that reason.
 pub(crate) fn remove_tree(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
-    remove_tree_within(dir, name, usize::MAX)
+    remove_tree_within(dir, name, usize::MAX).map(drop)
 }
 
-/// The failure of [`remove_tree_within`] at a directory deeper than allowed.
-#[derive(Debug)]
-pub(crate) struct TooDeep;
-
-impl std::fmt::Display for TooDeep {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("too many directory levels")
-    }
-}
-
-impl std::error::Error for TooDeep {}
-
-/// [`remove_tree`] holding at most `max_depth` directories open: a directory deeper than that
-/// below `name` fails the removal with [`TooDeep`] (as an `io::Error`) before it is entered.
-/// Each directory is opened `O_NOFOLLOW | O_DIRECTORY` from its parent's fd and its entries
-/// unlinked relative to its own fd: a symlink swapped in for a directory fails the open.
+/// [`remove_tree`] holding at most `max_depth` directories open: at a directory deeper than
+/// that below `name` the removal stops before entering it and answers `false` (the rest is
+/// left). Each directory is opened `O_NOFOLLOW | O_DIRECTORY` from its parent's fd and its
+/// entries unlinked relative to its own fd: a symlink swapped in for a directory fails the open.
 pub(crate) fn remove_tree_within(
     dir: BorrowedFd<'_>,
     name: &OsStr,
     max_depth: usize,
-) -> io::Result<()> {
+) -> io::Result<bool> {
     match kind_at(dir, name)? {
-        None => return Ok(()),
+        None => return Ok(true),
         Some(Kind::Dir) => {}
-        Some(_) => return ignore_missing(sysfs::unlink_at(dir, name, false)),
+        Some(_) => return ignore_missing(sysfs::unlink_at(dir, name, false)).map(|()| true),
     }
     let top = sysfs::open_dir_at(dir, name)?;
     let names = sysfs::dir_names(top.as_fd())?;
@@ -185,7 +173,7 @@ pub(crate) fn remove_tree_within(
             if kind_at(fd.as_fd(), &child)? == Some(Kind::Dir) {
                 let sub = sysfs::open_dir_at(fd.as_fd(), &child)?;
                 if stack.len() >= max_depth {
-                    return Err(io::Error::other(TooDeep));
+                    return Ok(false);
                 }
                 let names = sysfs::dir_names(sub.as_fd())?;
                 stack.push((sub, names, child));
@@ -201,7 +189,7 @@ pub(crate) fn remove_tree_within(
         let parent = stack.last().map_or(dir, |(fd, _, _)| fd.as_fd());
         ignore_missing(sysfs::unlink_at(parent, &done_name, true))?;
     }
-    Ok(())
+    Ok(true)
 }
 
 /// `Ok` for a name that vanished meanwhile.

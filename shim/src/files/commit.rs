@@ -51,19 +51,7 @@ pub(crate) struct Staged {
 impl Staged {
     /// Resolves `dir` (absolute) without symlinks and makes the staging directory.
     pub(crate) fn prepare(dir: &Path, owner: Option<Owner>) -> Result<Staged, FilesError> {
-        let mut comps = Vec::new();
-        for c in dir.components() {
-            match c {
-                Component::Normal(part) => comps.push(part.to_owned()),
-                Component::RootDir | Component::CurDir => {}
-                _ => {
-                    return Err(FilesError::InvalidPath(format!(
-                        "{} contains `..`",
-                        dir.display()
-                    )));
-                }
-            }
-        }
+        let mut comps = request_components(dir)?;
         let mut anchor = sysfs::open_root().map_err(|e| FilesError::io("opening /", dir, e))?;
         let mut found = 0;
         for comp in &comps {
@@ -166,6 +154,24 @@ impl Drop for Staged {
             crate::warn!(dir = %self.dir.display(), cause = %e, "removing a staging directory");
         }
     }
+}
+
+/// The components of an absolute path named by a request; `..` is refused.
+pub(super) fn request_components(dir: &Path) -> Result<Vec<OsString>, FilesError> {
+    let mut comps = Vec::new();
+    for c in dir.components() {
+        match c {
+            Component::Normal(part) => comps.push(part.to_owned()),
+            Component::RootDir | Component::CurDir => {}
+            _ => {
+                return Err(FilesError::InvalidPath(format!(
+                    "{} contains `..`",
+                    dir.display()
+                )));
+            }
+        }
+    }
+    Ok(comps)
 }
 
 /// The error for component `name` of `dir` (the `upto` components so far) failing to open.

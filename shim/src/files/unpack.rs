@@ -16,6 +16,11 @@
 //!   target directory), reached without symlinks;
 //! - device files and FIFOs are refused; a file's apparent size may not exceed the upload cap.
 //!
+//! With an upload's `owner` (PROTOCOL.md 4.8.3) every entry gets it instead of the tar's owner
+//! (regular files without set-user-ID and set-group-ID), and so does every directory the
+//! extraction creates: parents made by `open_dirs` as they are created, `DIR`'s missing components
+//! in `commit.rs`; hard links get none (they are their target's inode).
+//!
 //! Regular files are written by `contents.rs` (sparse: a run of zeros, as a GNU sparse entry's
 //! holes come from the `tar` crate, is skipped with a seek; modes, mtimes and owners set through the
 //! file's own fd after its contents), symlinks and hard links by `links.rs`. Directories get their

@@ -30,10 +30,10 @@ pub(crate) async fn property(
         Method::PUT => {
             props.check_name(name)?;
             let bytes = read_limited(req.into_body(), props.limits().max_value_bytes).await?;
-            let value = String::from_utf8(Vec::from(bytes)).map_err(|e| {
+            let value = std::str::from_utf8(&bytes).map_err(|e| {
                 Error::InvalidProperty(format!("a property value must be UTF-8: {e}"))
             })?;
-            props.set(name, value)?;
+            props.set(name, value.to_owned())?;
         }
         Method::DELETE => {
             props.check_name(name)?;

@@ -117,7 +117,22 @@ func (s *volumeStore) restoreTaskCache(ctx context.Context, dst *PodVolume, key 
 	if last != nil {
 		s.logf("task cache %s not restored into %s (an empty cache instead): %v", key, dst.handle, last)
 	}
-	return nil
+	// The step finds its cache directory, empty, as in Concourse.
+	if err := s.emptyDir(ctx, dst.pod, dst.path); err != nil && ctx.Err() == nil {
+		s.logf("task cache %s: creating the empty %s: %v", key, dst.handle, err)
+	}
+	return ctx.Err()
+}
+
+// emptyDir creates dir in pod if it is missing (an empty upload; what is there stays).
+func (s *volumeStore) emptyDir(ctx context.Context, pod, dir string) error {
+	c, err := s.pods.Connect(ctx, pod)
+	if err != nil {
+		return err
+	}
+	var empty bytes.Buffer
+	_ = tar.NewWriter(&empty).Close()
+	return c.PutFiles(ctx, dir, &empty)
 }
 
 func (s *volumeStore) logf(format string, args ...any) {
@@ -137,9 +152,7 @@ func (s *volumeStore) createArtifactVolume(ctx context.Context, teamID int) (*Ho
 	}
 	name := "artifact-" + randomHex(16)
 	m := holderMeta{Kind: "artifact", TeamID: teamID, Gen: randomHex(8), Updated: time.Now().UTC()}
-	var empty bytes.Buffer
-	_ = tar.NewWriter(&empty).Close()
-	if err := c.PutFiles(ctx, s.data+"/"+name+"/"+m.Gen, &empty); err != nil {
+	if err := s.emptyDir(ctx, s.holder, s.data+"/"+name+"/"+m.Gen); err != nil {
 		return nil, err
 	}
 	if err := s.writeMeta(ctx, c, name, m); err != nil {
@@ -227,6 +240,13 @@ func (w *Worker) CreateVolumeForArtifact(ctx context.Context, teamID int) (Volum
 // apart from container GC, and returns the handles removed.
 func (w *Worker) GCVolumes(ctx context.Context, desired []string) ([]string, error) {
 	return w.vols.gc(ctx, desired)
+}
+
+// TaskCacheHandle is the handle of the task cache of (jobID, stepName, path), whether or not it
+// exists: what GCVolumes must be given to keep it.
+func (w *Worker) TaskCacheHandle(jobID int, stepName, path string) string {
+	key := TaskCacheKey{JobID: jobID, StepName: stepName, Path: path}.String()
+	return holderHandlePrefix + w.vols.holder + "/" + volumeName("task", key)
 }
 
 // HolderPod is the name of the worker's holder pod, which container GC must keep.

@@ -34,6 +34,10 @@ func TestTaskCacheOutlivesItsPod(t *testing.T) {
 	if err := s.podVolume("build-1", first).InitializeTaskCache(ctx, 7, "unit", "go/pkg/mod", 0); err != nil {
 		t.Fatal(err)
 	}
+	w := &Worker{vols: s}
+	if v, ok, err := w.LookupVolume(ctx, w.TaskCacheHandle(7, "unit", "go/pkg/mod")); !ok || err != nil || v.Source() != "w1" {
+		t.Fatalf("the task cache by its handle: %v %v", ok, err)
+	}
 	_ = lp.Delete(ctx, "build-1")
 
 	// The next build's pod gets it, through another web node (a store with no state of its own).
@@ -61,13 +65,19 @@ func TestTaskCacheOutlivesItsPod(t *testing.T) {
 	if len(gens) != 1 {
 		t.Fatalf("%d generations kept, want 1", len(gens))
 	}
-	// Another key is another cache: empty.
-	fifth := t.TempDir()
+	// Another key is another cache: an empty directory, made.
+	fifth := filepath.Join(t.TempDir(), "cache")
 	_ = s.restoreTaskCache(ctx, s.podVolume("build-2", fifth), TaskCacheKey{JobID: 7, StepName: "unit", Path: "other"})
-	if got := readTree(t, fifth); len(got) != 0 {
-		t.Fatalf("another key restored %v", keys(got))
+	if entries, err := os.ReadDir(fifth); err != nil || len(entries) != 0 {
+		t.Fatalf("another key restored %v (%v), want an empty directory", entries, err)
 	}
 
+	lostHolder(t, ctx, lp, s, third, key)
+}
+
+// lostHolder: with the holder gone a restore is an empty cache and no error; keeping the cache again
+// (from dir of build-2) makes a new holder; a cancelled restore is the one error.
+func lostHolder(t *testing.T, ctx context.Context, lp *localPods, s *volumeStore, dir string, key TaskCacheKey) {
 	// The holder is lost: an empty cache and no error; keeping a cache makes a new holder.
 	_ = lp.Delete(ctx, s.holder)
 	sixth := t.TempDir()
@@ -78,7 +88,7 @@ func TestTaskCacheOutlivesItsPod(t *testing.T) {
 		t.Fatalf("restored %v from a lost holder", keys(got))
 	}
 	before := lp.created
-	if err := s.podVolume("build-2", third).InitializeTaskCache(ctx, 7, "unit", "go/pkg/mod", 0); err != nil {
+	if err := s.podVolume("build-2", dir).InitializeTaskCache(ctx, 7, "unit", "go/pkg/mod", 0); err != nil {
 		t.Fatal(err)
 	}
 	if lp.created != before+1 {
@@ -124,6 +134,9 @@ func TestResourceCacheArtifactsLookupAndGC(t *testing.T) {
 	s, _ := testStore(t, lp)
 	w := &Worker{vols: s}
 	ctx := testCtx(t)
+	if h := w.TaskCacheHandle(1, "s", "c"); h != "holder/w1-volumes/"+volumeName("task", "1/s/c") {
+		t.Fatalf("task cache handle %s", h)
+	}
 	lp.startPod("get-1")
 	dir := t.TempDir()
 	files := sampleTree()

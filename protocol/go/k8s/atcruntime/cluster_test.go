@@ -88,6 +88,13 @@ func TestVolumesCluster(t *testing.T) {
 
 	streamingCost(t, ctx, s, second, step("vols-build-3"))
 
+	holderLost(t, ctx, kit, s, second, step("vols-build-4"), key, want)
+	gcByDesiredSet(t, ctx, s, second)
+}
+
+// holderLost: with the holder deleted a restore is an empty cache and no error; keeping the cache
+// again (from kept, a pod holding it) makes a new holder, and the cache restores into fourth's pod.
+func holderLost(t *testing.T, ctx context.Context, kit *k8s.Worker, s *volumeStore, kept, fourth *PodVolume, key TaskCacheKey, want string) {
 	// The holder is lost: an empty cache, no error; keeping a cache again makes a new holder.
 	if err := kit.Delete(ctx, s.holder); err != nil {
 		t.Fatal(err)
@@ -95,7 +102,6 @@ func TestVolumesCluster(t *testing.T) {
 	if err := kit.WaitGone(ctx, s.holder); err != nil {
 		t.Fatal(err)
 	}
-	fourth := step("vols-build-4")
 	if err := s.restoreTaskCache(ctx, fourth, key); err != nil {
 		t.Fatalf("restore with the holder gone: %v", err)
 	}
@@ -103,7 +109,7 @@ func TestVolumesCluster(t *testing.T) {
 		t.Fatalf("restored %d files from a deleted holder", n)
 	}
 	ok("holder deleted: the next restore is an empty cache and no error")
-	if err := second.InitializeTaskCache(ctx, key.JobID, key.StepName, key.Path, 0); err != nil {
+	if err := kept.InitializeTaskCache(ctx, key.JobID, key.StepName, key.Path, 0); err != nil {
 		t.Fatal(err)
 	}
 	fifth := s.podVolume(fourth.pod, "/tmp/cache5")
@@ -111,8 +117,6 @@ func TestVolumesCluster(t *testing.T) {
 		t.Fatalf("after a new holder: %v", err)
 	}
 	ok("kept again: a new holder was made and the cache restores")
-
-	gcByDesiredSet(t, ctx, s, second)
 }
 
 // gcByDesiredSet: an artifact volume and a resource cache in the holder; GC keeps what is desired.

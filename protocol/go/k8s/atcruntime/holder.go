@@ -86,6 +86,9 @@ func newStore(pods kitPods, cfg VolumeConfig) *volumeStore {
 	if holder == "" {
 		holder = dnsLabel(pods.Name() + "-volumes")
 	}
+	if holder == "" || holder == "volumes" {
+		holder = "stepshim-volumes"
+	}
 	dir := path.Clean("/" + cfg.HolderDir)
 	if cfg.HolderDir == "" {
 		dir = DefaultHolderDir

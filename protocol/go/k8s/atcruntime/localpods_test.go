@@ -182,9 +182,9 @@ func (lp *localPods) get(pod string) *localShim {
 	return lp.shims[pod]
 }
 
-func (lp *localPods) Name() string              { return lp.name }
-func (lp *localPods) Namespace() string         { return lp.ns }
-func (lp *localPods) Token(pod string) string   { return lp.key.Token(lp.ns, pod) }
+func (lp *localPods) Name() string            { return lp.name }
+func (lp *localPods) Namespace() string       { return lp.ns }
+func (lp *localPods) Token(pod string) string { return lp.key.Token(lp.ns, pod) }
 func (lp *localPods) Delete(_ context.Context, pod string) error {
 	lp.stop(pod, false)
 	return nil

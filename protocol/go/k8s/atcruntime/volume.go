@@ -9,7 +9,6 @@ package atcruntime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -225,6 +224,3 @@ func (s *volumeStore) localVolume(art Artifact) (*PodVolume, bool) {
 	}
 	return nil, false
 }
-
-// errNoTree is copyDir's error when the source directory does not exist.
-var errNoTree = errors.New("atcruntime: the source directory does not exist")

@@ -1,6 +1,6 @@
 //go:build cluster
 
-// Helpers of cluster_test.go: the environment the wrapper passes, the kit's worker, the tree that
+// What cluster_test.go uses: the environment the wrapper passes, the kit's worker, the tree that
 // stands in for a cache, manifests of a volume's files, and processes in pods.
 
 package atcruntime
