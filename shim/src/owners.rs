@@ -36,31 +36,28 @@ fn rights() -> &'static Rights {
     })
 }
 
-/// `Ok` when this shim may give `owner` (a valid one); 400 for an invalid id (`u32::MAX`, which
-/// `chown` reads as "unchanged"), 403 `owner_not_permitted` for one it may not give.
+/// The refusal of an owner that is not `UID:GID` with both ids below 4294967295 (which `chown`
+/// reads as "unchanged").
+const MALFORMED: &str = "owner must be UID:GID, decimal ids below 4294967295";
+
+/// `Ok` when this shim may give `owner` (a valid one); 400 for an invalid id, 403
+/// `owner_not_permitted` for one it may not give.
 pub(crate) fn permit(owner: Owner) -> Result<(), Error> {
     if !owner.is_valid() {
-        return Err(Error::BadRequest(format!(
-            "owner {owner}: 4294967295 is not a user or group id"
-        )));
+        return Err(Error::BadRequest(MALFORMED.into()));
     }
     let r = rights();
     if r.any || owner.uid == r.uid && r.gids.contains(&owner.gid) {
         return Ok(());
     }
     Err(Error::OwnerNotPermitted(format!(
-        "owner {owner} not permitted: without CAP_CHOWN this shim may give only its own uid {} with one of its groups",
-        r.uid
+        "owner {owner}: without CAP_CHOWN only the shim's own uid and groups"
     )))
 }
 
 /// The `owner` query parameter of an upload, checked: `None` when absent.
 pub(crate) fn from_query(value: Option<&str>) -> Result<Option<Owner>, Error> {
     let Some(v) = value else { return Ok(None) };
-    let owner = Owner::parse(v).ok_or_else(|| {
-        Error::BadRequest(format!(
-            "owner {v:?} is not UID:GID (decimal ids below 4294967295)"
-        ))
-    })?;
+    let owner = Owner::parse(v).ok_or_else(|| Error::BadRequest(MALFORMED.into()))?;
     permit(owner).map(|()| Some(owner))
 }

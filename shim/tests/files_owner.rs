@@ -178,6 +178,13 @@ async fn a_malformed_owner_is_a_bad_request_and_writes_nothing() {
         assert_eq!(status, 400, "{owner}");
         assert_eq!(error_code(&body), "bad_request", "{owner}");
     }
+    let mut spec = pull_spec("http://127.0.0.1:1", &root, "t", &dir);
+    spec.owner = Some(Owner {
+        uid: u32::MAX,
+        gid: 0,
+    });
+    let err = shim.client.pull("p", &spec, None).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::BadRequest), "{err}");
     assert!(!dir.exists());
     let _ = fs::remove_dir_all(&root);
 }

@@ -26,7 +26,7 @@ pub(crate) fn remove(path: &Path) -> Result<(), FilesError> {
     let invalid = |why: &str| FilesError::InvalidPath(format!("{}: {why}", path.display()));
     let comps = request_components(path)?;
     let Some((last, parents)) = comps.split_last() else {
-        return Err(invalid("the root directory is never removed"));
+        return Err(invalid("not removable"));
     };
     let missing = || FilesError::NotFound(path.display().to_string());
     let mut dir = sysfs::open_root().map_err(|e| FilesError::io("opening /", path, e))?;
@@ -39,21 +39,15 @@ pub(crate) fn remove(path: &Path) -> Result<(), FilesError> {
     }
     let last: &OsStr = last;
     let kind = kind_at(dir.as_fd(), last).map_err(|e| FilesError::io("inspecting", path, e))?;
-    let slash = path.as_os_str().as_encoded_bytes().ends_with(b"/");
+    // A trailing `/` changes nothing: a symlink at `P` is removed itself, never followed.
     let removed = match kind {
         None => return Err(missing()),
-        Some(Kind::Symlink) if slash => {
-            return Err(invalid("is a symlink; name the real directory"));
-        }
         Some(Kind::Dir) => remove_tree_within(dir.as_fd(), last, MAX_DEPTH + 1),
-        Some(_) if slash => return Err(invalid("is not a directory")),
         Some(_) => sysfs::unlink_at(dir.as_fd(), last, false).map(|()| true),
     };
     match removed {
         Ok(true) => Ok(()),
-        Ok(false) => Err(invalid(
-            "has directories more than 512 levels below it; the rest of it was left",
-        )),
+        Ok(false) => Err(invalid("more than 512 directories deep; partly removed")),
         Err(e) if e.kind() == ErrorKind::NotFound => Err(missing()),
         Err(e) => Err(FilesError::io("removing", path, e)),
     }
