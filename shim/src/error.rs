@@ -130,10 +130,10 @@ pub(crate) enum Error {
     NotFound(String),
     /// A property name or value the protocol does not allow.
     #[error("{0}")]
-    InvalidProperty(String),
+    InvalidProperty(&'static str),
     /// The properties store is full by count or bytes.
     #[error("{0}")]
-    PropertiesFull(String),
+    PropertiesFull(&'static str),
     /// The shim failed; `context` says at what, the source stays in the shim's log.
     #[error("internal error: {context}")]
     Internal {

@@ -61,11 +61,9 @@ impl Properties {
     /// Checks a name's length (its characters were checked by the route): 400 `invalid_property`.
     pub(crate) fn check_name(&self, name: &str) -> Result<(), Error> {
         if name.len() > self.limits.max_name_bytes {
-            return Err(Error::InvalidProperty(format!(
-                "property name of {} bytes is over the limit of {}",
-                name.len(),
-                self.limits.max_name_bytes
-            )));
+            return Err(Error::InvalidProperty(
+                "property name longer than STEPSHIM_PROPERTIES_MAX_NAME_BYTES",
+            ));
         }
         Ok(())
     }
@@ -96,17 +94,15 @@ impl Properties {
         let at = store.find(name);
         let old = at.map_or(0, |i| name.len() + store.entries[i].1.len());
         if at.is_err() && store.entries.len() >= self.limits.max_count {
-            return Err(Error::PropertiesFull(format!(
-                "{} properties are set, the limit; delete some first",
-                store.entries.len()
-            )));
+            return Err(Error::PropertiesFull(
+                "STEPSHIM_PROPERTIES_MAX_COUNT properties are set; delete some first",
+            ));
         }
         let bytes = store.bytes - old + name.len() + value.len();
         if bytes > self.limits.max_bytes {
-            return Err(Error::PropertiesFull(format!(
-                "properties would take {bytes} bytes, over the limit of {}; delete some first",
-                self.limits.max_bytes
-            )));
+            return Err(Error::PropertiesFull(
+                "properties would take more than STEPSHIM_PROPERTIES_MAX_BYTES; delete some first",
+            ));
         }
         match at {
             Ok(i) => store.entries[i].1 = value,

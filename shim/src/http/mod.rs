@@ -228,7 +228,7 @@ async fn dispatch(
         Err(RouteError::InvalidId) => return Err(Error::InvalidId),
         Err(RouteError::InvalidName) => {
             return Err(Error::InvalidProperty(
-                "property names must match [A-Za-z0-9._:-]+ (and not be . or ..)".into(),
+                "property names must match [A-Za-z0-9._:-]+ (and not be . or ..)",
             ));
         }
         Err(RouteError::NotFound) => return Err(Error::NoRoute(req.uri().path().to_owned())),

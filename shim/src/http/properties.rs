@@ -30,9 +30,8 @@ pub(crate) async fn property(
         Method::PUT => {
             props.check_name(name)?;
             let bytes = read_limited(req.into_body(), props.limits().max_value_bytes).await?;
-            let value = std::str::from_utf8(&bytes).map_err(|e| {
-                Error::InvalidProperty(format!("a property value must be UTF-8: {e}"))
-            })?;
+            let value = std::str::from_utf8(&bytes)
+                .map_err(|_| Error::InvalidProperty("a property value must be UTF-8"))?;
             props.set(name, value.to_owned())?;
         }
         Method::DELETE => {
