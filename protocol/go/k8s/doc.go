@@ -37,6 +37,14 @@
 // an entry per image keyed by its repository (127.0.0.1:<port>/<source IP>/<name>), which the
 // kubelet matches by prefix, so each pull presents its own grant.
 //
+// StepSpec.Hermetic cuts a step off the network: Create first makes the pod's own NetworkPolicy
+// (HermeticPolicy, selecting the pod alone by the label stepshim.dev/hermetic, Egress only, denying
+// all but TCP to the shim port of the worker's pods, DNS included), then the pod, then makes the pod
+// the policy's owner; GC deletes policies whose pod is gone. It takes effect only where the network
+// plugin enforces NetworkPolicy. The Role needs networkpolicies list, create, patch and delete
+// (PolicyVerbs). StepSpec.CertsConfigMap mounts a ConfigMap read-only at /etc/ssl/certs;
+// StepSpec.CPURequest is a CPU request without a limit (a weight, as Garden's CPU shares).
+//
 // The Worker never uses pods/exec, pods/attach or pods/portforward: pods are created and deleted
 // through the API and everything else goes over HTTP (or HTTPS) to the shim in the pod.
 //
@@ -54,9 +62,12 @@
 //   - image.go: ImageFrom, image names and references, the image-pull Secret and GC's rule for it.
 //   - image_worker.go: ResolveImage (grant and digest on a shim), Worker.PrepareImage, Create with
 //     ImageFrom (Secret, pod, owner) and GCImageSecrets.
+//   - hermetic.go: HermeticPolicy, Create's policy before a hermetic pod, and GCHermeticPolicies.
 //
 // Tests: golden_test.go checks the files in protocol/testdata, shared with the Rust controller's
 // controller/tests/golden.rs (pod, token, readiness verdicts); unit_test.go the pure rules;
 // tls_test.go TLS pods, pins and proxy paths against stand-in shims and apiserver;
-// cluster_test.go (build tag cluster) runs against a real cluster from tests/cluster/tests.d/30-go-kit.
+// hermetic_test.go the step spec's options and the order of Create's API calls; cluster_test.go
+// (build tag cluster) runs against a real cluster from tests/cluster/tests.d/30-go-kit, and
+// spec_cluster_test.go from 80-step-spec.
 package k8s

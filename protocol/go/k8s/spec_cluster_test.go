@@ -48,7 +48,7 @@ func TestKitStepSpec(t *testing.T) {
 	}
 	okSpec("check: networkpolicies %v allowed", PolicyVerbs)
 
-	spec := StepSpec{Name: "kit-sealed", Image: e.stepImage, Delivery: e.image(t), Hermetic: true,
+	spec := StepSpec{Name: "kit-sealed", Image: e.stepImage, Delivery: FromConfigMap(e.configMap), Hermetic: true,
 		CertsConfigMap: certs, CPURequest: "120m"}
 	pod, err := w.Create(ctx, spec)
 	if err != nil {
