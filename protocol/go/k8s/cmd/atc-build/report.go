@@ -1,0 +1,132 @@
+// The report of a run: its context (command, date, Kubernetes version, load average before and
+// after), a Markdown table of the phases of every way side by side, and the same as JSON.
+
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Context is where and how a run happened.
+type Context struct {
+	Command    string `json:"command"`
+	Date       string `json:"date"`
+	Kubernetes string `json:"kubernetes"`
+	CPUs       int    `json:"cpus"`
+	LoadBefore string `json:"load_before"`
+	LoadAfter  string `json:"load_after"`
+	Checks     int    `json:"checks"`
+	Files      int    `json:"files"`
+	// Delivery is how the atc way's pods get their shim.
+	Delivery string `json:"atc_shim_delivery"`
+}
+
+// Report is a run's context and its ways' results.
+type Report struct {
+	Context Context  `json:"context"`
+	Ways    []Result `json:"ways"`
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func newContext(b Build, kubernetes string) Context {
+	args := append([]string{filepath.Base(os.Args[0])}, os.Args[1:]...)
+	return Context{Command: strings.Join(args, " "), Date: time.Now().UTC().Format(time.RFC3339),
+		Kubernetes: kubernetes, CPUs: runtime.NumCPU(), LoadBefore: loadAverage(), Checks: b.Checks, Files: b.Files}
+}
+
+// cell is a phase's time: total, then set-up + run (+ after, when the step kept something).
+func cell(p *Phase) string {
+	switch {
+	case p == nil:
+		return "-"
+	case p.AfterSecs > 0:
+		return fmt.Sprintf("%.2f s (%.2f + %.2f + %.2f)", p.TotalSecs, p.SetupSecs, p.RunSecs, p.AfterSecs)
+	}
+	return fmt.Sprintf("%.2f s (%.2f + %.2f)", p.TotalSecs, p.SetupSecs, p.RunSecs)
+}
+
+// writeMarkdown writes the context, the table (a row per phase, a column per way: total, and
+// container set-up + process run + what the step kept after) and each way's note and outcome.
+func writeMarkdown(w io.Writer, r *Report) {
+	c := r.Context
+	fmt.Fprintf(w, "`%s`\n\n%s, Kubernetes %s, %d CPUs, load average before %s and after %s; %d checks, "+
+		"%d source files; the atc way's shim: %s.\n\n",
+		c.Command, c.Date, c.Kubernetes, c.CPUs, c.LoadBefore, c.LoadAfter, c.Checks, c.Files, c.Delivery)
+	var names []string
+	for _, res := range r.Ways {
+		names = append(names, res.Way)
+	}
+	fmt.Fprintf(w, "| phase | %s |\n|---|%s\n", strings.Join(names, " | "), strings.Repeat("---|", len(names)))
+	for _, phase := range phaseNames(r.Ways) {
+		row := []string{phase}
+		for i := range r.Ways {
+			row = append(row, cell(findPhase(&r.Ways[i], phase)))
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+	}
+	row := []string{"**total**"}
+	for _, res := range r.Ways {
+		row = append(row, fmt.Sprintf("**%.2f s**", res.TotalSecs))
+	}
+	fmt.Fprintf(w, "| %s |\n\n", strings.Join(row, " | "))
+	for _, res := range r.Ways {
+		status := "ok"
+		if res.Error != "" {
+			status = "FAILED: " + res.Error
+		}
+		fmt.Fprintf(w, "- **%s**: %s. %s; task run 2: cache %s; put: `%s`.\n", res.Way, res.Note, status,
+			res.CacheRun2, res.Version)
+		if res.ControllerBytes != nil {
+			fmt.Fprintf(w, "  Artifacts through the controller: %.1f MiB.\n", float64(*res.ControllerBytes)/(1<<20))
+		}
+		if res.CleanupErr != "" {
+			fmt.Fprintf(w, "  Clean-up failed: %s\n", res.CleanupErr)
+		}
+	}
+}
+
+// phaseNames are the phases of all ways, in order of first appearance.
+func phaseNames(ways []Result) []string {
+	var names []string
+	seen := map[string]bool{}
+	for _, res := range ways {
+		for _, p := range res.Phases {
+			if !seen[p.Name] {
+				seen[p.Name] = true
+				names = append(names, p.Name)
+			}
+		}
+	}
+	return names
+}
+
+func findPhase(r *Result, name string) *Phase {
+	for i := range r.Phases {
+		if r.Phases[i].Name == name {
+			return &r.Phases[i]
+		}
+	}
+	return nil
+}
+
+func writeJSON(path string, r *Report) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
