@@ -13,6 +13,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net/url"
 	"time"
 
 	shim "stepshim.dev/protocol/go"
@@ -287,12 +289,17 @@ func retry(ctx context.Context, f func() error) error {
 	}
 }
 
+// transient says whether err may pass on a retry: a 5xx answer, or a failure of the connection
+// (a transport error, an answer cut or stalled). Everything else, the end of ctx included, is final.
 func transient(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, shim.ErrPinMismatch) {
+		return false
+	}
 	var api *shim.APIError
 	if errors.As(err, &api) {
 		return api.Status >= 500
 	}
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
-		!errors.Is(err, shim.ErrPinMismatch) && !errors.Is(err, shim.ErrInvalidID) &&
-		!errors.Is(err, shim.ErrAnswerTooLarge)
+	var ue *url.Error
+	return errors.As(err, &ue) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, shim.ErrAnswerStalled)
 }

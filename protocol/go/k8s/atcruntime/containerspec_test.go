@@ -187,6 +187,12 @@ func TestPropertiesInTheShim(t *testing.T) {
 	if err != nil || props["concourse:exit-status"] != "0" || props[PropertyUser] != "builder" || len(props) != 2 {
 		t.Fatalf("properties %v %v", props, err)
 	}
+	// An error that no retry can mend is answered at once.
+	c.cfg.RequestTimeout = 5 * time.Second
+	start := time.Now()
+	if err := c.SetProperty("a/b", "x"); !errors.Is(err, shim.ErrInvalidPropertyName) || time.Since(start) > time.Second {
+		t.Fatalf("an invalid name: %v after %v", err, time.Since(start))
+	}
 	// Bounded without a ctx: a shim that does not answer is an error after RequestTimeout.
 	c.cfg.RequestTimeout = 300 * time.Millisecond
 	// A listener that accepts and never answers.
@@ -209,7 +215,7 @@ func TestPropertiesInTheShim(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.client = stuck
-	start := time.Now()
+	start = time.Now()
 	_, err = c.Properties()
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
 		t.Fatalf("Properties against a shim that does not answer: %v after %v", err, time.Since(start))

@@ -70,6 +70,21 @@ func (c *Container) startProcess(sp *shim.ProcessStatus, offset int64, pio Proce
 		})
 		p.exit, p.err = exit, err
 	}()
+	// A pod that ends ends the streams too, so that they do not retry a gone shim until a Wait.
+	go func() {
+		for {
+			changed, gone := c.pod.watch()
+			if gone != nil {
+				stop()
+				return
+			}
+			select {
+			case <-p.done:
+				return
+			case <-changed:
+			}
+		}
+	}()
 	return p
 }
 

@@ -7,6 +7,19 @@
 // still flowing, then KILL); a step pod that disappears fails the Wait of its processes at once with
 // the pod's reason. Volumes have a lifetime of their own, apart from the step pods.
 //
+// # Containers and processes
+//
+// A container is a step pod named by its handle (worker.go): FindOrCreateContainer finds it or creates
+// it from a ContainerSpec (containerspec.go) and sets it up once, until its shim holds PropertyReady.
+// Container (container.go) runs processes: Run and Attach take a ctx for the start only, Attach
+// replays the output from byte 0, AttachFrom resumes at a PodProcess.Offset the caller kept, Status
+// answers just the outcome; Properties and SetProperty, whose signatures have no ctx, are bounded by
+// Config.RequestTimeout (30 s). PodProcess (process.go) streams on a context of its own; Wait's ctx
+// ending stops it (TERM, Config.StopGrace of 10 s with output, KILL, deleted); a pod that ends fails
+// Wait with a *PodGoneError. Processes with generated ids are deleted from the shim once Wait has the
+// result; those whose id the caller gave stay until the pod goes, so that an attach after a restart
+// of ATC finds a process that has exited instead of running it again.
+//
 // This file holds the shared types; the implementations live in the other files of the package.
 package atcruntime
 
