@@ -6,19 +6,11 @@
 package atcruntime
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,13 +23,7 @@ import (
 	"stepshim.dev/protocol/go/k8s"
 )
 
-type localShim struct {
-	cmd    *exec.Cmd
-	addr   string
-	exited chan struct{}
-	log    *bytes.Buffer
-	logMu  *sync.Mutex
-}
+type localShim = shimProc
 
 // localPods is a worker of shim processes. onDelete runs after a pod's shim is stopped.
 type localPods struct {
@@ -73,68 +59,11 @@ func newLocalPods(t *testing.T, worker string) *localPods {
 	return lp
 }
 
-func shimBinary(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv("STEPSHIM_BIN")
-	if bin == "" {
-		abs, err := filepath.Abs(filepath.Join("..", "..", "..", "..", "target", "debug", "stepshim"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		bin = abs
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("stepshim binary not found at %s (%v): run `cargo build -p stepshim`, or set STEPSHIM_BIN", bin, err)
-	}
-	return bin
-}
-
 // start runs a shim for pod.
 func (lp *localPods) start(pod string) error {
-	t := lp.t
-	sum := sha256.Sum256([]byte(lp.Token(pod)))
-	ready := filepath.Join(t.TempDir(), "ready")
-	cmd := exec.Command(shimBinary(t))
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "STEPSHIM_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, "STEPSHIM_READY_FILE="+ready, "STEPSHIM_LISTEN=127.0.0.1:0",
-		"STEPSHIM_TOKEN_SHA256="+hex.EncodeToString(sum[:]), "STEPSHIM_LOG=info",
-		"STEPSHIM_DATA_DIR="+t.TempDir(), "STEPSHIM_GRACE_SECONDS=1", "NO_COLOR=1")
-	stderr, err := cmd.StderrPipe()
+	ls, err := startShim(lp.t, lp.Token(pod), "info")
 	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	ls := &localShim{cmd: cmd, exited: make(chan struct{}), log: &bytes.Buffer{}, logMu: &sync.Mutex{}}
-	go func() { _ = cmd.Wait(); close(ls.exited) }()
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			ls.logMu.Lock()
-			ls.log.WriteString(sc.Text() + "\n")
-			ls.logMu.Unlock()
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-	}()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if b, err := os.ReadFile(ready); err == nil && len(b) > 0 {
-			ls.addr = strings.TrimSpace(string(b))
-			break
-		}
-		select {
-		case <-ls.exited:
-			return fmt.Errorf("shim of %s exited: %s", pod, ls.log.String())
-		case <-time.After(5 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("shim of %s not ready within 15s", pod)
-		}
+		return fmt.Errorf("shim of %s: %w", pod, err)
 	}
 	lp.mu.Lock()
 	lp.shims[pod] = ls
@@ -159,17 +88,9 @@ func (lp *localPods) stop(pod string, showLog bool) {
 	if ls == nil {
 		return
 	}
-	_ = ls.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-ls.exited:
-	case <-time.After(5 * time.Second):
-		_ = ls.cmd.Process.Kill()
-		<-ls.exited
-	}
+	ls.stop()
 	if showLog {
-		ls.logMu.Lock()
 		lp.t.Logf("shim log of %s:\n%s", pod, ls.log.String())
-		ls.logMu.Unlock()
 	}
 	if lp.onDelete != nil {
 		lp.onDelete(pod)

@@ -8,37 +8,13 @@ import (
 	"bytes"
 	"context"
 	crand "crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	shim "stepshim.dev/protocol/go"
 )
-
-// shimBin is $STEPSHIM_BIN, else the cargo debug build of this repository.
-func shimBin(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv("STEPSHIM_BIN")
-	if bin == "" {
-		abs, err := filepath.Abs(filepath.Join("..", "..", "..", "..", "target", "debug", "stepshim"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		bin = abs
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("stepshim binary not found at %s (%v): run `cargo build -p stepshim` in the repository root, "+
-			"or set STEPSHIM_BIN", bin, err)
-	}
-	return bin
-}
 
 // runShim starts the shim with a random token until the end of the test and returns a client.
 func runShim(t *testing.T) *shim.Client {
@@ -46,54 +22,21 @@ func runShim(t *testing.T) *shim.Client {
 	var raw [32]byte
 	_, _ = crand.Read(raw[:])
 	token := hex.EncodeToString(raw[:])
-	sum := sha256.Sum256([]byte(token))
-	ready := filepath.Join(t.TempDir(), "ready")
-	cmd := exec.Command(shimBin(t))
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "STEPSHIM_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, "STEPSHIM_READY_FILE="+ready, "STEPSHIM_LISTEN=127.0.0.1:0",
-		"STEPSHIM_TOKEN_SHA256="+hex.EncodeToString(sum[:]), "STEPSHIM_LOG=warn",
-		"STEPSHIM_DATA_DIR="+t.TempDir(), "STEPSHIM_GRACE_SECONDS=1", "NO_COLOR=1")
-	var log syncBuffer
-	cmd.Stderr = &log
-	if err := cmd.Start(); err != nil {
+	p, err := startShim(t, token, "warn")
+	if err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		p.stop()
 		if t.Failed() {
-			t.Logf("shim log:\n%s", log.String())
+			t.Logf("shim log:\n%s", p.log.String())
 		}
 	})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if b, err := os.ReadFile(ready); err == nil && len(b) > 0 {
-			c, err := shim.New("http://"+strings.TrimSpace(string(b)), token)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return c
-		}
-		select {
-		case <-exited:
-			t.Fatalf("stepshim exited before it was ready:\n%s", log.String())
-		case <-time.After(5 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("stepshim wrote no ready file within 15s")
-		}
+	c, err := shim.New("http://"+p.addr, token)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return c
 }
 
 // testPod is a pod life set by the test.
