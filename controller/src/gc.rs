@@ -16,6 +16,7 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
@@ -33,17 +34,37 @@ pub fn select<'a>(
     grace: Duration,
     now: Timestamp,
 ) -> Vec<String> {
-    pods.into_iter()
-        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
-        .filter_map(|pod| {
-            let name = pod.metadata.name.clone()?;
-            let age = pod
-                .metadata
+    select_objects(
+        pods.into_iter().map(|p| &p.metadata),
+        |m| m.name.as_ref(),
+        desired,
+        grace,
+        now,
+    )
+}
+
+/// The names of the objects to delete at `now`: not already being deleted, at least `grace` old
+/// (one without a creation time counts as new: it may be being created), and whose pod (`pod_of`:
+/// a pod's own name, or the pod a Secret or a policy was made for) is not in `keep`.
+pub fn select_objects<'a>(
+    metas: impl IntoIterator<Item = &'a ObjectMeta>,
+    pod_of: impl Fn(&'a ObjectMeta) -> Option<&'a String>,
+    keep: &HashSet<String>,
+    grace: Duration,
+    now: Timestamp,
+) -> Vec<String> {
+    metas
+        .into_iter()
+        .filter(|m| m.deletion_timestamp.is_none())
+        .filter_map(|m| {
+            let name = m.name.clone()?;
+            let pod = pod_of(m)?;
+            let age = m
                 .creation_timestamp
                 .as_ref()
                 .and_then(|t| now.duration_since(t.0).try_into().ok())
                 .unwrap_or(Duration::ZERO);
-            (!desired.contains(&name) && age >= grace).then_some(name)
+            (!keep.contains(pod) && age >= grace).then_some(name)
         })
         .collect()
 }

@@ -97,21 +97,13 @@ pub fn select_policies<'a>(
     grace: Duration,
     now: Timestamp,
 ) -> Vec<String> {
-    policies
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| {
-            let meta = &p.metadata;
-            let name = meta.name.clone()?;
-            let pod = meta.labels.as_ref()?.get(HERMETIC_LABEL)?;
-            let age = meta
-                .creation_timestamp
-                .as_ref()
-                .and_then(|t| now.duration_since(t.0).try_into().ok())
-                .unwrap_or(Duration::ZERO);
-            (!pods.contains(pod) && age >= grace).then_some(name)
-        })
-        .collect()
+    crate::gc::select_objects(
+        policies.into_iter().map(|p| &p.metadata),
+        |m| m.labels.as_ref()?.get(HERMETIC_LABEL),
+        pods,
+        grace,
+        now,
+    )
 }
 
 fn api(rt: &Runtime) -> Api<NetworkPolicy> {

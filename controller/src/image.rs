@@ -294,25 +294,18 @@ pub fn select_secrets<'a>(
     grace: Duration,
     now: Timestamp,
 ) -> Vec<String> {
-    secrets
-        .into_iter()
-        .filter(|s| s.metadata.deletion_timestamp.is_none())
-        .filter_map(|s| {
-            let meta = &s.metadata;
-            let name = meta.name.clone()?;
-            let pod = meta
-                .annotations
+    crate::gc::select_objects(
+        secrets.into_iter().map(|s| &s.metadata),
+        |m| {
+            m.annotations
                 .as_ref()
                 .and_then(|a| a.get(IMAGE_FOR))
-                .or_else(|| meta.labels.as_ref()?.get(IMAGE_FOR))?;
-            let age = meta
-                .creation_timestamp
-                .as_ref()
-                .and_then(|t| now.duration_since(t.0).try_into().ok())
-                .unwrap_or(Duration::ZERO);
-            (!pods.contains(pod) && age >= grace).then_some(name)
-        })
-        .collect()
+                .or_else(|| m.labels.as_ref()?.get(IMAGE_FOR))
+        },
+        pods,
+        grace,
+        now,
+    )
 }
 
 #[cfg(test)]
