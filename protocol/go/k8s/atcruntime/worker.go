@@ -323,3 +323,11 @@ func podGone(pod *corev1.Pod, name string, uid types.UID) *PodGoneError {
 	}
 	return nil
 }
+
+// GCContainers deletes the worker's step pods whose handles are not in desired and that are at least
+// grace old (k8s.Worker.GC, with the Secrets and policies of pods gone), never the holder pod that
+// keeps the worker's volumes: those go by GCVolumes, apart from containers.
+func (w *Worker) GCContainers(ctx context.Context, desired []string, grace time.Duration) ([]string, error) {
+	keep := append(append([]string(nil), desired...), w.HolderPod())
+	return w.kit.GC(ctx, keep, grace)
+}
