@@ -339,3 +339,16 @@ func (p *cutProxy) forward(client net.Conn) {
 		p.cuts.Add(1)
 	}
 }
+
+// skipBefore020 skips a test of feature against a shim older than 0.2.0: the compatibility run
+// points the suite at the previous release's shim.
+func skipBefore020(t *testing.T, s *testShim, feature string) {
+	t.Helper()
+	info, err := s.Client.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(info.Version, "0.1.") {
+		t.Skipf("the shim is %s: %s came with 0.2.0", info.Version, feature)
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -49,13 +48,7 @@ func ociCode(err error) string {
 // (PROTOCOL.md 4.12); the compatibility run points the suite at the previous release's shim.
 func skipWithoutImages(t *testing.T, s *testShim) {
 	t.Helper()
-	info, err := s.Client.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.HasPrefix(info.Version, "0.1.") {
-		t.Skipf("the shim is %s: images under /v2/ came with 0.2.0", info.Version)
-	}
+	skipBefore020(t, s, "images under /v2/")
 }
 
 func TestImageManifestResolvesAGrantedDirectory(t *testing.T) {

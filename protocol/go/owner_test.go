@@ -47,6 +47,7 @@ func ownedTar(t *testing.T) *bytes.Buffer {
 
 func TestPutFilesAsGivesTheOwner(t *testing.T) {
 	s := startShim(t)
+	skipBefore020(t, s, "owners on uploads")
 	ctx := testContext(t)
 	dir := filepath.Join(t.TempDir(), "new", "dir")
 	want := shim.Owner{UID: 1000, GID: 1001}
@@ -79,6 +80,7 @@ func TestPutFilesAsGivesTheOwner(t *testing.T) {
 
 func TestPullSpecOwner(t *testing.T) {
 	src, dst := startShim(t), startShim(t)
+	skipBefore020(t, dst, "owners on pulls")
 	ctx := testContext(t)
 	root := t.TempDir()
 	writeTree(t, root)
@@ -114,6 +116,7 @@ func TestPullSpecOwner(t *testing.T) {
 
 func TestRemoveFiles(t *testing.T) {
 	s := startShim(t)
+	skipBefore020(t, s, "DELETE /v1/files")
 	ctx := testContext(t)
 	root := t.TempDir()
 	writeTree(t, root)

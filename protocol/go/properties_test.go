@@ -5,7 +5,6 @@
 package shim_test
 
 import (
-	"context"
 	"errors"
 	"maps"
 	"strconv"
@@ -147,14 +146,8 @@ func TestExitOOMKilledIsFalseForOtherDeaths(t *testing.T) {
 }
 
 // skipWithoutProperties skips a test against a shim older than 0.2.0, which keeps no properties
-// (PROTOCOL.md 4.13); the compatibility run points the suite at the previous release's shim.
+// (PROTOCOL.md 4.13).
 func skipWithoutProperties(t *testing.T, s *testShim) {
 	t.Helper()
-	info, err := s.Client.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.HasPrefix(info.Version, "0.1.") {
-		t.Skipf("the shim is %s: properties came with 0.2.0", info.Version)
-	}
+	skipBefore020(t, s, "properties")
 }
