@@ -13,9 +13,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
 
 	"stepshim.dev/protocol/go/k8s"
 	"stepshim.dev/protocol/go/k8s/atcruntime"
@@ -29,8 +32,14 @@ const (
 
 // atcWay runs the build on one atcruntime.Worker.
 type atcWay struct {
-	kit       *k8s.Worker
-	w         *atcruntime.Worker
+	kit *k8s.Worker
+	w   *atcruntime.Worker
+	// cs, kitConfig and config make another Worker on the same pods (a restarted web node); evictor
+	// may evict pods (the cluster's operator, not the worker).
+	cs        kubernetes.Interface
+	kitConfig k8s.Config
+	config    atcruntime.Config
+	evictor   kubernetes.Interface
 	stepImage string
 	prefix    string
 	handles   []string
@@ -52,7 +61,8 @@ func newAtcWay(ctx context.Context, o options, prefix string) (*atcWay, string, 
 	if err != nil {
 		return nil, "", err
 	}
-	kit, err := k8s.NewWorker(ctx, cs, k8s.Config{Namespace: o.namespace, Worker: "atc-build", Key: key})
+	kitConfig := k8s.Config{Namespace: o.namespace, Worker: "atc-build", Key: key}
+	kit, err := k8s.NewWorker(ctx, cs, kitConfig)
 	if err != nil {
 		return nil, "", err
 	}
@@ -64,17 +74,26 @@ func newAtcWay(ctx context.Context, o options, prefix string) (*atcWay, string, 
 		kit.Close()
 		return nil, "", err
 	}
-	w, err := atcruntime.NewWorker(atcruntime.Config{
-		Kit:      kit,
+	config := atcruntime.Config{
 		Template: k8s.StepSpec{Delivery: delivery},
 		Volumes: atcruntime.VolumeConfig{Holder: k8s.StepSpec{Image: o.shimImage, Delivery: delivery},
 			HolderName: prefix + "volumes"},
-	})
+	}
+	withKit := config
+	withKit.Kit = kit
+	w, err := atcruntime.NewWorker(withKit)
 	if err != nil {
 		kit.Close()
 		return nil, "", err
 	}
-	return &atcWay{kit: kit, w: w, stepImage: o.stepImage, prefix: prefix}, v.GitVersion, nil
+	a := &atcWay{kit: kit, w: w, cs: cs, kitConfig: kitConfig, config: config, stepImage: o.stepImage, prefix: prefix}
+	if o.evictKubeconfig != "" {
+		if a.evictor, err = k8s.Clientset(o.evictKubeconfig); err != nil {
+			kit.Close()
+			return nil, "", err
+		}
+	}
+	return a, v.GitVersion, nil
 }
 
 func (a *atcWay) Name() string { return "atc" }
@@ -83,6 +102,10 @@ func (a *atcWay) Note() string {
 	return "atcruntime only: step pods with the shim as PID 1, processes through the shims, the task " +
 		"in the get's image (pulled by the kubelet from the get's pod through the forwarder), inputs " +
 		"pod to pod, the task cache kept by the holder pod"
+}
+
+func (a *atcWay) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "atc-build: "+format+"\n", args...)
 }
 
 // Close stops the kit's informer.

@@ -32,6 +32,7 @@ type options struct {
 	execKubeconfig, execNamespace           string
 	kubeconfig, namespace, keyFile, tlsMode string
 	stepImage, shimImage, shimConfigMap     string
+	evictKubeconfig                         string
 	ways, jsonPath, markdownPath            string
 	build                                   Build
 	timeout                                 time.Duration
@@ -52,6 +53,10 @@ func main() {
 	flag.StringVar(&o.ways, "ways", "exec,atc", "the ways to run, in order: exec, atc")
 	flag.IntVar(&o.build.Checks, "checks", 100, "checks run in the check container")
 	flag.IntVar(&o.build.Files, "files", 200, "files of the get's source tree")
+	flag.BoolVar(&o.build.Faults, "faults", false, "after the build, the atc way's faults: an abort, a web node "+
+		"restarted, a pod evicted mid-task, a non-root task (needs -evict-kubeconfig)")
+	flag.StringVar(&o.evictKubeconfig, "evict-kubeconfig", "", "kubeconfig allowed to evict the atc way's pods "+
+		"(pods/eviction), for -faults")
 	flag.StringVar(&o.jsonPath, "json", "", "write the results as JSON to this file")
 	flag.StringVar(&o.markdownPath, "markdown", "", "write the table to this file too")
 	flag.DurationVar(&o.timeout, "timeout", 8*time.Minute, "bound of each way's build")
@@ -68,6 +73,9 @@ func (o *options) validate() error {
 	}
 	if o.build.Checks < 1 || o.build.Files < 1 {
 		return errors.New("-checks and -files must be at least 1")
+	}
+	if o.build.Faults && o.evictKubeconfig == "" {
+		return errors.New("-faults needs -evict-kubeconfig (the evicting party's credentials)")
 	}
 	for _, w := range strings.Split(o.ways, ",") {
 		switch {

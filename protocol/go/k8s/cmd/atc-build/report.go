@@ -70,19 +70,31 @@ func writeMarkdown(w io.Writer, r *Report) {
 	for _, res := range r.Ways {
 		names = append(names, res.Way)
 	}
-	fmt.Fprintf(w, "| phase | %s |\n|---|%s\n", strings.Join(names, " | "), strings.Repeat("---|", len(names)))
-	for _, phase := range phaseNames(r.Ways) {
-		row := []string{phase}
-		for i := range r.Ways {
-			row = append(row, cell(findPhase(&r.Ways[i], phase)))
-		}
-		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+	header := func(first string) {
+		fmt.Fprintf(w, "| %s | %s |\n|---|%s\n", first, strings.Join(names, " | "), strings.Repeat("---|", len(names)))
 	}
+	rows := func(faults bool) {
+		for _, phase := range phaseNames(r.Ways, faults) {
+			row := []string{phase}
+			for i := range r.Ways {
+				row = append(row, cell(findPhase(&r.Ways[i], phase)))
+			}
+			fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+		}
+	}
+	header("phase")
+	rows(false)
 	row := []string{"**total**"}
 	for _, res := range r.Ways {
 		row = append(row, fmt.Sprintf("**%.2f s**", res.TotalSecs))
 	}
 	fmt.Fprintf(w, "| %s |\n\n", strings.Join(row, " | "))
+	if len(phaseNames(r.Ways, true)) > 0 {
+		fmt.Fprintf(w, "What the build survived, after it and apart from its total (a container each):\n\n")
+		header("check")
+		rows(true)
+		fmt.Fprintln(w)
+	}
 	for _, res := range r.Ways {
 		status := "ok"
 		if res.Error != "" {
@@ -99,13 +111,13 @@ func writeMarkdown(w io.Writer, r *Report) {
 	}
 }
 
-// phaseNames are the phases of all ways, in order of first appearance.
-func phaseNames(ways []Result) []string {
+// phaseNames are the phases of all ways, build phases or fault checks, in order of first appearance.
+func phaseNames(ways []Result, faults bool) []string {
 	var names []string
 	seen := map[string]bool{}
 	for _, res := range ways {
 		for _, p := range res.Phases {
-			if !seen[p.Name] {
+			if p.Fault == faults && !seen[p.Name] {
 				seen[p.Name] = true
 				names = append(names, p.Name)
 			}

@@ -78,6 +78,8 @@ type Build struct {
 	Checks int
 	// Files is how many files the get writes into the source tree.
 	Files int
+	// Faults runs, after the build, the checks of what a build must survive (ways that have them).
+	Faults bool
 }
 
 // stepTime is how long a step took: Setup (the container, its inputs and caches), Run (the
@@ -112,6 +114,8 @@ type Phase struct {
 	RunSecs   float64 `json:"run_secs"`
 	AfterSecs float64 `json:"after_secs"`
 	TotalSecs float64 `json:"total_secs"`
+	// Fault marks a check of what a build survives, run after the build and not in its total.
+	Fault bool `json:"fault,omitempty"`
 }
 
 // Result is one way's build.
@@ -140,6 +144,12 @@ func runBuild(ctx context.Context, w way, b Build) Result {
 	start := time.Now()
 	err := steps(ctx, w, b, &r)
 	r.TotalSecs = time.Since(start).Seconds()
+	// What a build must survive comes after, untimed in the total (ways that have the checks).
+	if f, ok := w.(interface {
+		Faults(context.Context, *Result) error
+	}); ok && b.Faults && err == nil {
+		err = f.Faults(ctx, &r)
+	}
 	if c, ok := w.(interface{ ControllerBytes() int64 }); ok {
 		n := c.ControllerBytes()
 		r.ControllerBytes = &n
