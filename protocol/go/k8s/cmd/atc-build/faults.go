@@ -88,20 +88,26 @@ func (u *untilLine) String() string {
 	return u.buf.String()
 }
 
-// abort: the build is aborted while its task runs (ATC cancels Wait's ctx): the process gets TERM,
-// Wait answers the cancellation once the process has exited, and the shim keeps no process.
-func (a *atcWay) abort(ctx context.Context) error {
-	c, err := a.taskContainer(ctx, "abort", "")
+// startRunning starts abortScript in a new task container of step and waits until it has started.
+func (a *atcWay) startRunning(ctx context.Context, step string) (*atcruntime.Container, *atcruntime.PodProcess, *untilLine, error) {
+	c, err := a.taskContainer(ctx, step, "")
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	out := newUntilLine("started")
 	p, err := c.Run(ctx, atcruntime.ProcessSpec{Path: "/bin/sh", Args: []string{"-c", abortScript}},
 		atcruntime.ProcessIO{Stdout: out})
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	if err := waitSeen(ctx, out.seen, "started"); err != nil {
+	return c, p, out, waitSeen(ctx, out.seen, "started")
+}
+
+// abort: the build is aborted while its task runs (ATC cancels Wait's ctx): the process gets TERM,
+// Wait answers the cancellation once the process has exited, and the shim keeps no process.
+func (a *atcWay) abort(ctx context.Context) error {
+	c, p, out, err := a.startRunning(ctx, "abort")
+	if err != nil {
 		return err
 	}
 	aborted, abort := context.WithCancel(ctx)
@@ -203,17 +209,8 @@ func (a *atcWay) restart(ctx context.Context) error {
 // evicted: the task's pod is evicted (the Eviction API, as a drain does) while ATC waits on its
 // process: Wait fails at once with the pod's reason.
 func (a *atcWay) evicted(ctx context.Context) error {
-	c, err := a.taskContainer(ctx, "evict", "")
+	c, p, _, err := a.startRunning(ctx, "evict")
 	if err != nil {
-		return err
-	}
-	out := newUntilLine("started")
-	p, err := c.Run(ctx, atcruntime.ProcessSpec{Path: "/bin/sh", Args: []string{"-c", abortScript}},
-		atcruntime.ProcessIO{Stdout: out})
-	if err != nil {
-		return err
-	}
-	if err := waitSeen(ctx, out.seen, "started"); err != nil {
 		return err
 	}
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: c.Handle(), Namespace: a.kit.Namespace()}}
