@@ -135,7 +135,7 @@ func (c *Container) start(ctx context.Context, sp *ProcessStatus, pio ProcessIO)
 	proc := &Process{id: sp.ID, client: c.Client, ctx: ctx, done: make(chan struct{})}
 	streams, stop := context.WithCancel(ctx)
 	if pio.Stdin != nil && !sp.StdinClosed {
-		go pumpStdin(streams, c.Client, sp, pio.Stdin)
+		go c.Client.FeedStdin(streams, sp, pio.Stdin)
 	}
 	stdout, stderr := orDiscard(pio.Stdout), orDiscard(pio.Stderr)
 	go func() {
@@ -158,17 +158,6 @@ func (c *Container) start(ctx context.Context, sp *ProcessStatus, pio ProcessIO)
 		proc.status = exit.Status
 	}()
 	return proc, nil
-}
-
-// pumpStdin feeds r to the process's stdin until r ends (then EOF) or the process exits. Errors are
-// dropped: a process that exits or closes its stdin simply stops reading, as a local one would.
-func pumpStdin(ctx context.Context, c *Client, sp *ProcessStatus, r io.Reader) {
-	if sp.StdinOffset > 0 {
-		if _, err := io.CopyN(io.Discard, r, sp.StdinOffset); err != nil {
-			return
-		}
-	}
-	_, _ = c.CopyStdin(ctx, sp.ID, sp.StdinOffset, r)
 }
 
 func orDiscard(w io.Writer) io.Writer {

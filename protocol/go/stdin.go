@@ -103,6 +103,19 @@ func (w *StdinWriter) send(chunk []byte, eof bool) error {
 	return nil
 }
 
+// FeedStdin feeds r to the stdin of the process sp describes until r ends (then EOF) or the process
+// exits. r is taken to be the process's whole stdin from its first byte: the bytes the shim had
+// already accepted (sp.StdinOffset) are read and dropped. Errors are dropped: a process that exits
+// or closes its stdin stops reading, as a local one would. How ATC-shaped callers attach a stdin.
+func (c *Client) FeedStdin(ctx context.Context, sp *ProcessStatus, r io.Reader) {
+	if sp.StdinOffset > 0 {
+		if _, err := io.CopyN(io.Discard, r, sp.StdinOffset); err != nil {
+			return
+		}
+	}
+	_, _ = c.CopyStdin(ctx, sp.ID, sp.StdinOffset, r)
+}
+
 // CopyStdin copies r to the process's stdin from offset on, then sends EOF, whether r ended cleanly
 // or with an error (which is returned). It returns the stdin offset reached.
 func (c *Client) CopyStdin(ctx context.Context, id string, offset int64, r io.Reader) (int64, error) {

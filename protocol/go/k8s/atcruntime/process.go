@@ -50,7 +50,7 @@ func (c *Container) startProcess(sp *shim.ProcessStatus, offset int64, pio Proce
 	}
 	p.offset.Store(offset)
 	if pio.Stdin != nil && !sp.StdinClosed && !sp.Exited() {
-		go pumpStdin(streams, c.client, sp, pio.Stdin)
+		go c.client.FeedStdin(streams, sp, pio.Stdin)
 	}
 	stdout, stderr := orDiscard(pio.Stdout), orDiscard(pio.Stderr)
 	go func() {
@@ -86,18 +86,6 @@ func (c *Container) startProcess(sp *shim.ProcessStatus, offset int64, pio Proce
 		}
 	}()
 	return p
-}
-
-// pumpStdin feeds r to the process's stdin until r ends (then EOF) or the process exits. r is taken
-// to be the whole stdin from its first byte: the bytes the shim already accepted are read and dropped.
-// Errors are dropped: a process that exits or closes its stdin stops reading, as a local one would.
-func pumpStdin(ctx context.Context, c *shim.Client, sp *shim.ProcessStatus, r io.Reader) {
-	if sp.StdinOffset > 0 {
-		if _, err := io.CopyN(io.Discard, r, sp.StdinOffset); err != nil {
-			return
-		}
-	}
-	_, _ = c.CopyStdin(ctx, sp.ID, sp.StdinOffset, r)
 }
 
 func orDiscard(w io.Writer) io.Writer {
