@@ -165,6 +165,23 @@ func (c *Client) send(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// putBody sends body to path with PUT as contentType and drains the answer: an upload whose
+// success answer carries nothing.
+func (c *Client) putBody(ctx context.Context, path string, q url.Values, contentType string, body io.Reader) error {
+	req, err := c.request(ctx, http.MethodPut, path, q, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", contentType)
+	resp, err := c.send(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	c.drain(resp)
+	return nil
+}
+
 // doJSON sends a request with an optional JSON body and decodes a JSON answer of at most
 // MaxAnswerBytes into out (if non-nil). It returns the status of a 2xx answer. An answer that never
 // ends is ended by ctx, or by the limit if its bytes keep coming.

@@ -37,18 +37,7 @@ func (c *Client) PutFilesAs(ctx context.Context, dir string, owner *Owner, r io.
 	if owner != nil {
 		q.Set("owner", owner.String())
 	}
-	req, err := c.request(ctx, http.MethodPut, "/v1/files", q, r)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/x-tar")
-	resp, err := c.send(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	c.drain(resp)
-	return nil
+	return c.putBody(ctx, "/v1/files", q, "application/x-tar", r)
 }
 
 // RemoveFiles removes path, a file, a symlink (itself, never its target) or a whole directory

@@ -65,18 +65,7 @@ func (c *Client) SetProperty(ctx context.Context, name, value string) error {
 	if err != nil {
 		return err
 	}
-	req, err := c.request(ctx, http.MethodPut, path, nil, strings.NewReader(value))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
-	resp, err := c.send(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	c.drain(resp)
-	return nil
+	return c.putBody(ctx, path, nil, "text/plain; charset=utf-8", strings.NewReader(value))
 }
 
 // DeleteProperty removes the property name; a name that is not set is no error.
