@@ -8,6 +8,7 @@ package atcruntime
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -180,4 +181,31 @@ func testStore(t *testing.T, lp *localPods) (*volumeStore, string) {
 		}
 	}
 	return s, holderDir
+}
+
+// twoPods is the set-up of the streaming tests: local pods step-a and step-b of worker w1, a store
+// over them, and a directory of step-a holding files.
+func twoPods(t *testing.T, files map[string][]byte) (lp *localPods, s *volumeStore, src string) {
+	lp = newLocalPods(t, "w1")
+	lp.startPod("step-a")
+	lp.startPod("step-b")
+	s, _ = testStore(t, lp)
+	src = t.TempDir()
+	writeTree(t, src, files)
+	return lp, s, src
+}
+
+// streamOut is the whole of v's stream of path in compression c.
+func streamOut(ctx context.Context, t *testing.T, v Artifact, path string, c Compression) []byte {
+	t.Helper()
+	rc, err := v.StreamOut(ctx, path, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -89,15 +89,11 @@ func TestP2PURLSigning(t *testing.T) {
 }
 
 func TestStreamP2POut(t *testing.T) {
-	lp := newLocalPods(t, "w1")
-	lp.startPod("step-a")
-	lp.startPod("step-b")
-	web1, _ := testStore(t, lp)
+	files := sampleTree()
+	lp, web1, src := twoPods(t, files)
 	web2 := newStore(lp, VolumeConfig{})
 	ctx := testCtx(t)
-	src, dst := t.TempDir(), t.TempDir()
-	files := sampleTree()
-	writeTree(t, src, files)
+	dst := t.TempDir()
 	// The destination's URL comes from one node; another node streams to it (ATC's default zstd).
 	raw, err := web1.podVolume("step-b", dst).GetStreamInP2PURL(ctx, "sub")
 	if err != nil {
@@ -140,25 +136,15 @@ func (a plainArtifact) Handle() string { return "elsewhere/1" }
 func (a plainArtifact) Source() string { return "another-worker" }
 
 func TestStreamInput(t *testing.T) {
-	lp := newLocalPods(t, "w1")
-	lp.startPod("step-a")
-	lp.startPod("step-b")
-	s, _ := testStore(t, lp)
-	ctx := testCtx(t)
-	src := t.TempDir()
 	files := sampleTree()
-	writeTree(t, src, files)
+	_, s, src := twoPods(t, files)
+	ctx := testCtx(t)
 	dst := t.TempDir()
 	if err := s.streamInput(ctx, s.podVolume("step-b", dst+"/in"), s.podVolume("step-a", src)); err != nil {
 		t.Fatal(err)
 	}
 	sameTree(t, files, readTree(t, dst+"/in"))
-	rc, err := s.podVolume("step-a", src).StreamOut(ctx, ".", Raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tarBytes, _ := io.ReadAll(rc)
-	_ = rc.Close()
+	tarBytes := streamOut(ctx, t, s.podVolume("step-a", src), ".", Raw)
 	if err := s.streamInput(ctx, s.podVolume("step-b", dst+"/in2"), plainArtifact{tarBytes}); err != nil {
 		t.Fatal(err)
 	}

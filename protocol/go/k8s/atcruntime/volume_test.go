@@ -90,26 +90,13 @@ func sampleTree() map[string][]byte {
 }
 
 func TestStreamRoundTripsEveryEncoding(t *testing.T) {
-	lp := newLocalPods(t, "w1")
-	lp.startPod("step-a")
-	lp.startPod("step-b")
-	s, _ := testStore(t, lp)
-	ctx := testCtx(t)
-	src := t.TempDir()
 	files := sampleTree()
-	writeTree(t, src, files)
+	_, s, src := twoPods(t, files)
+	ctx := testCtx(t)
 	for _, c := range []Compression{Raw, Gzip, Zstd, S2, ""} {
 		t.Run(string(c)+"_", func(t *testing.T) {
 			dst := t.TempDir()
-			rc, err := s.podVolume("step-a", src).StreamOut(ctx, ".", c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw, err := io.ReadAll(rc)
-			_ = rc.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
+			raw := streamOut(ctx, t, s.podVolume("step-a", src), ".", c)
 			// The stream really is in the encoding: it decodes to a tar with the files.
 			if c != Raw && c != "" && bytes.HasPrefix(raw, []byte("./")) {
 				t.Fatalf("%s stream looks like a plain tar", c)
@@ -163,26 +150,12 @@ func TestStreamOutOneFileAndBadInput(t *testing.T) {
 // TestStreamInLimit: over the limit is a StreamLimitError and leaves the directory as it was,
 // counting the decompressed tar (a stream of zeros compresses to almost nothing); 0 is no limit.
 func TestStreamInLimit(t *testing.T) {
-	lp := newLocalPods(t, "w1")
-	lp.startPod("step-a")
-	lp.startPod("step-b")
-	s, _ := testStore(t, lp)
-	ctx := testCtx(t)
-	src := t.TempDir()
 	big := map[string][]byte{"zeros": make([]byte, 3<<20), "small": []byte("x")}
-	writeTree(t, src, big)
+	_, s, src := twoPods(t, big)
+	ctx := testCtx(t)
 	for _, c := range []Compression{Raw, Gzip, Zstd, S2} {
 		stream := func() io.Reader {
-			rc, err := s.podVolume("step-a", src).StreamOut(ctx, ".", c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := io.ReadAll(rc)
-			_ = rc.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			return bytes.NewReader(b)
+			return bytes.NewReader(streamOut(ctx, t, s.podVolume("step-a", src), ".", c))
 		}
 		dst := t.TempDir()
 		writeTree(t, dst, map[string][]byte{"keep": []byte("old")})
