@@ -60,6 +60,18 @@ fn hostile_owners_tar(outside_file: &Path) -> Bytes {
 }
 
 /// An outside directory with a file, owned by root.
+/// Uploads `hostile_owners_tar` into `dir` with the owner `OWNER`.
+async fn upload_owned(shim: &Shim, dir: &Path, outside_file: &Path) {
+    shim.client
+        .files_in_as(
+            dir.to_str().unwrap(),
+            Some(OWNER),
+            client::transport::full_body(hostile_owners_tar(outside_file)),
+        )
+        .await
+        .unwrap();
+}
+
 fn outside(root: &Path) -> PathBuf {
     let o = root.join("outside");
     fs::create_dir(&o).unwrap();
@@ -75,14 +87,7 @@ async fn an_upload_with_an_owner_gives_it_to_everything_it_creates() {
     let before = owner_of(&secret);
     // DIR and one parent are missing: the upload creates both.
     let dir = root.join("made/dir");
-    shim.client
-        .files_in_as(
-            dir.to_str().unwrap(),
-            Some(OWNER),
-            client::transport::full_body(hostile_owners_tar(&secret)),
-        )
-        .await
-        .unwrap();
+    upload_owned(&shim, &dir, &secret).await;
     let want = (OWNER.uid, OWNER.gid);
     for rel in [
         "",
@@ -132,14 +137,7 @@ async fn an_existing_directory_keeps_its_owner_and_the_tar_owners_without_owner(
     let dir = root.join("dir");
     fs::create_dir_all(dir.join("x")).unwrap();
     fs::write(dir.join("x/kept"), b"k").unwrap();
-    shim.client
-        .files_in_as(
-            dir.to_str().unwrap(),
-            Some(OWNER),
-            client::transport::full_body(hostile_owners_tar(&secret)),
-        )
-        .await
-        .unwrap();
+    upload_owned(&shim, &dir, &secret).await;
     let want = (OWNER.uid, OWNER.gid);
     assert_eq!(owner_of(&dir), (0, 0), "DIR existed");
     assert_eq!(owner_of(&dir.join("x")), (0, 0), "merged into, not created");
