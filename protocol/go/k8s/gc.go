@@ -45,17 +45,29 @@ var Unneeded = [][2]string{
 // and at least grace old (a pod without a creation time counts as new). Pure, so the rule is tested
 // apart from the cluster.
 func SelectGarbage(pods []*corev1.Pod, desired map[string]bool, grace time.Duration, now time.Time) []string {
+	metas := make([]*metav1.ObjectMeta, len(pods))
+	for i, p := range pods {
+		metas[i] = &p.ObjectMeta
+	}
+	return selectObjects(metas, func(m *metav1.ObjectMeta) (string, bool) { return m.Name, true }, desired, grace, now)
+}
+
+// selectObjects is the names of the objects to delete at now: not already being deleted, at least
+// grace old (one without a creation time counts as new: it may be being created), and whose pod
+// (podOf: a pod's own name, or the pod a Secret or a policy was made for) is not in keep.
+func selectObjects(metas []*metav1.ObjectMeta, podOf func(*metav1.ObjectMeta) (string, bool), keep map[string]bool, grace time.Duration, now time.Time) []string {
 	var out []string
-	for _, p := range pods {
-		if p.DeletionTimestamp != nil || desired[p.Name] {
+	for _, m := range metas {
+		pod, ok := podOf(m)
+		if !ok || m.DeletionTimestamp != nil || keep[pod] {
 			continue
 		}
 		age := time.Duration(0)
-		if !p.CreationTimestamp.IsZero() {
-			age = max(now.Sub(p.CreationTimestamp.Time), 0)
+		if !m.CreationTimestamp.IsZero() {
+			age = max(now.Sub(m.CreationTimestamp.Time), 0)
 		}
 		if age >= grace {
-			out = append(out, p.Name)
+			out = append(out, m.Name)
 		}
 	}
 	return out

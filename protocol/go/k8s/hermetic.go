@@ -115,21 +115,14 @@ func (w *Worker) deletePolicy(ctx context.Context, name string) error {
 // being deleted, at least grace old (the pod may be being created), and selecting a pod not in
 // pods. Pure, so the rule is tested apart from the cluster.
 func SelectPolicyGarbage(policies []*networkingv1.NetworkPolicy, pods map[string]bool, grace time.Duration, now time.Time) []string {
-	var out []string
-	for _, p := range policies {
-		pod, ok := p.Labels[HermeticLabel]
-		if !ok || p.DeletionTimestamp != nil || pods[pod] {
-			continue
-		}
-		age := time.Duration(0)
-		if !p.CreationTimestamp.IsZero() {
-			age = max(now.Sub(p.CreationTimestamp.Time), 0)
-		}
-		if age >= grace {
-			out = append(out, p.Name)
-		}
+	metas := make([]*metav1.ObjectMeta, len(policies))
+	for i, p := range policies {
+		metas[i] = &p.ObjectMeta
 	}
-	return out
+	return selectObjects(metas, func(m *metav1.ObjectMeta) (string, bool) {
+		pod, ok := m.Labels[HermeticLabel]
+		return pod, ok
+	}, pods, grace, now)
 }
 
 // GCHermeticPolicies deletes the worker's hermetic pods' policies whose pod is gone, once at least

@@ -195,22 +195,15 @@ func OwnerPatch(pod, uid string) []byte {
 // deleted, at least grace old (the pod may be being created), and naming a pod not in pods. Pure,
 // so the rule is tested apart from the cluster.
 func SelectSecretGarbage(secrets []*corev1.Secret, pods map[string]bool, grace time.Duration, now time.Time) []string {
-	var out []string
-	for _, s := range secrets {
-		pod, ok := s.Annotations[ImageForLabel]
-		if !ok {
-			pod, ok = s.Labels[ImageForLabel]
-		}
-		if !ok || s.DeletionTimestamp != nil || pods[pod] {
-			continue
-		}
-		age := time.Duration(0)
-		if !s.CreationTimestamp.IsZero() {
-			age = max(now.Sub(s.CreationTimestamp.Time), 0)
-		}
-		if age >= grace {
-			out = append(out, s.Name)
-		}
+	metas := make([]*metav1.ObjectMeta, len(secrets))
+	for i, s := range secrets {
+		metas[i] = &s.ObjectMeta
 	}
-	return out
+	return selectObjects(metas, func(m *metav1.ObjectMeta) (string, bool) {
+		if pod, ok := m.Annotations[ImageForLabel]; ok {
+			return pod, true
+		}
+		pod, ok := m.Labels[ImageForLabel]
+		return pod, ok
+	}, pods, grace, now)
 }
