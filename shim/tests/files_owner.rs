@@ -217,23 +217,9 @@ async fn a_pull_with_an_owner_gives_it_to_the_pulled_tree() {
     let _ = fs::remove_dir_all(dst.parent().unwrap());
 }
 
-/// A shim dropped to uid/gid 65534 with no supplementary groups: no capabilities are left.
-fn unprivileged_shim() -> Shim {
-    Shim::start_with(
-        &[("STEPSHIM_DATA_DIR", "/tmp")],
-        Some(&[
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--",
-        ]),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shim_without_cap_chown_may_give_only_its_own_ids() {
-    let shim = unprivileged_shim();
+    let shim = Shim::start_as_nobody();
     let root = scratch("owner-unpriv");
     fs::set_permissions(&root, fs::Permissions::from_mode(0o777)).unwrap();
     let dir = root.join("dir");

@@ -207,16 +207,7 @@ async fn a_fifo_as_etc_passwd_does_not_hang_the_shim() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_same_uid_step_cannot_read_the_shim_and_children_are_oom_first() {
     // The shim runs as nobody, like its steps, so only non-dumpability protects it.
-    let shim = Shim::start_with(
-        &[("STEPSHIM_DATA_DIR", "/tmp")],
-        Some(&[
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--",
-        ]),
-    );
+    let shim = Shim::start_as_nobody();
     // The spawned process's own value: a shim that is not root can set it only once the child has
     // exec'd, so what the program forks in its first microseconds may still carry the old one
     // (PROTOCOL.md 4.2); the image binary is fast enough to show that race.

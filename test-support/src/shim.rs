@@ -59,6 +59,21 @@ impl Shim {
         Self::launch(env, wrapper, false)
     }
 
+    /// Starts the shim as uid and gid 65534 with no supplementary groups (through `setpriv`): no
+    /// capabilities left, its data in /tmp (writable by anyone).
+    pub fn start_as_nobody() -> Shim {
+        Self::start_with(
+            &[("STEPSHIM_DATA_DIR", "/tmp")],
+            Some(&[
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--",
+            ]),
+        )
+    }
+
     /// Starts the shim serving TLS (PROTOCOL.md 1.1), its client pinning the key; the binary must
     /// be built with TLS.
     pub fn start_tls(env: &[(&str, &str)]) -> Shim {
