@@ -1,6 +1,7 @@
 //! Tests of the step pod spec.
 
 use super::*;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 #[test]
 fn init_container_delivery_runs_the_shim_as_pid_1_of_the_user_image() {
