@@ -23,6 +23,8 @@ use crate::via::{self, ApiProxy, Via};
 use crate::watch::{PodWatch, WatchError};
 use client::{ClientError, ShimClient, TokenHeader};
 
+mod ready;
+
 /// What identifies a target.
 #[derive(Debug, Clone)]
 pub struct TargetConfig {
@@ -248,44 +250,6 @@ impl Runtime {
     /// The TLS pin of pod `name`'s shim (when it serves TLS), derived from its token.
     pub fn pin(&self, name: &str) -> client::Pin {
         client::Seed::for_token(&self.token(name)).pin()
-    }
-
-    /// Waits until pod `name` is ready and returns its IP, reporting each change of progress.
-    pub async fn wait_ready(
-        &self,
-        name: &str,
-        timeout: Duration,
-        mut report: impl FnMut(&Progress),
-    ) -> Result<String, RuntimeError> {
-        let mut last = Progress::Unknown;
-        let result = self
-            .watch
-            .wait_for(name, timeout, |pod| {
-                let p = progress(pod);
-                if p != last {
-                    report(&p);
-                    last = p.clone();
-                }
-                match p {
-                    Progress::Ready(ip) => Some(Ok(ip)),
-                    Progress::Failed { reason, message } => Some(Err(RuntimeError::PodFailed {
-                        name: name.to_owned(),
-                        reason,
-                        container: pod.and_then(failing_container),
-                        // One line: a kubelet message may carry a runtime's multi-line error.
-                        message: message.split_whitespace().collect::<Vec<_>>().join(" "),
-                    })),
-                    _ => None,
-                }
-            })
-            .await;
-        result.unwrap_or_else(|| {
-            Err(RuntimeError::Timeout {
-                name: name.to_owned(),
-                waited: timeout,
-                last: last.to_string(),
-            })
-        })
     }
 
     /// Whether the shim of pod `name` serves TLS, by the cached pod's spec (PROTOCOL.md 1.1).

@@ -217,60 +217,6 @@ func (w *Worker) Delete(ctx context.Context, name string) error {
 	return err
 }
 
-// PodFailedError says a pod will never be ready, with Kubernetes' reason and message.
-type PodFailedError struct {
-	Pod, Reason, Message string
-}
-
-func (e *PodFailedError) Error() string {
-	return fmt.Sprintf("pod %s cannot start: %s: %s", e.Pod, e.Reason, e.Message)
-}
-
-// NotReadyError says ctx ended before the pod was ready; Last is what it was waiting for. It unwraps
-// to ctx's error.
-type NotReadyError struct {
-	Pod  string
-	Last Progress
-	Err  error
-}
-
-func (e *NotReadyError) Error() string {
-	return fmt.Sprintf("pod %s not ready: %v; last: %s", e.Pod, e.Err, e.Last)
-}
-
-func (e *NotReadyError) Unwrap() error { return e.Err }
-
-// WaitReady waits until pod name is ready and returns its IP. A pod that will never be ready is a
-// *PodFailedError (ErrImagePull, a failed init container, OOMKilled, ...); ctx ending first is a
-// *NotReadyError saying where the pod was (e.g. unschedulable, with the scheduler's message).
-func (w *Worker) WaitReady(ctx context.Context, name string) (string, error) {
-	return w.WaitProgress(ctx, name, nil)
-}
-
-// WaitProgress is WaitReady calling report (if not nil) at every change of the pod's progress.
-func (w *Worker) WaitProgress(ctx context.Context, name string, report func(Progress)) (string, error) {
-	last := Progress{Stage: Unknown}
-	for {
-		changed := w.changes()
-		p := ProgressOf(w.Get(name))
-		if p != last && report != nil {
-			report(p)
-		}
-		last = p
-		switch p.Stage {
-		case Ready:
-			return p.Detail, nil
-		case Failed:
-			return "", &PodFailedError{Pod: name, Reason: p.Reason, Message: p.Detail}
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return "", &NotReadyError{Pod: name, Last: last, Err: ctx.Err()}
-		}
-	}
-}
-
 // WaitGone waits until pod name is gone from the cache; ctx's error if it ends first.
 func (w *Worker) WaitGone(ctx context.Context, name string) error {
 	for {
