@@ -1,10 +1,10 @@
-//! Every `unsafe` call of the shim, each wrapped in a small safe function: fork/exec of a process in its
-//! own session, the single `waitpid` call (used only by the reaper), process-group signals, pseudo-
-//! terminals, pipes and process-wide settings (the clone/exec itself lives in `sys/exec.rs`, its
-//! child's stack in `sys/child_stack.rs`, reads into uninitialised buffers in `sys/buf.rs`, signals
-//! as fds in `sys/signals.rs`, the heap on musl in `sys/alloc.rs`, the shim's own credentials and
-//! capabilities in `sys/creds.rs`). The rest of the crate denies
-//! `unsafe`.
+//! Every `unsafe` call of the shim, each wrapped in a small safe function: fork/exec of a process
+//! in its own session, the single `waitpid` call (used only by the reaper), process-group signals,
+//! pseudo-terminals, pipes and process-wide settings (the clone/exec itself lives in
+//! `sys/exec.rs`, what the child runs in `sys/exec/child.rs`, its stack in `sys/child_stack.rs`,
+//! reads into uninitialised buffers in `sys/buf.rs`, signals as fds in `sys/signals.rs`, the heap
+//! on musl in `sys/alloc.rs`, the shim's own credentials and capabilities in `sys/creds.rs`). The
+//! rest of the crate denies `unsafe`.
 //!
 //! Spawn safety: between `clone` and `execve` the child shares the shim's memory and runs only raw
 //! system calls on data prepared before the clone (C strings, pointer arrays, fds), never allocating
