@@ -182,7 +182,7 @@ pub fn serves_tls(pod: &Pod) -> bool {
 
 /// The pod for `spec`, owned by `worker`, whose shim accepts the token hashing to `token_sha256`
 /// and, given `tls_seed` (hex, PROTOCOL.md 1.1), serves TLS only with that seed's key: the init
-/// container then installs `/stepshim-tls` and the readiness probe speaks HTTPS.
+/// container then installs `/stepshim-tls` and the readiness probe is a TCP connection.
 pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str, tls_seed: Option<&str>) -> Pod {
     let (volume, init) = delivery(&spec.delivery, tls_seed.is_some());
     Pod {

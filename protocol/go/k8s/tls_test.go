@@ -91,10 +91,13 @@ func TestStepPodTLSAndPlain(t *testing.T) {
 		for _, e := range main.Env {
 			env[e.Name] = e.Value
 		}
-		scheme := main.ReadinessProbe.HTTPGet.Scheme
+		// A TLS shim is probed by a TCP connection (no handshake a second), a plain one by /healthz.
+		probe := main.ReadinessProbe
+		tcp := probe.TCPSocket != nil && probe.HTTPGet == nil
+		plain := probe.HTTPGet != nil && probe.HTTPGet.Path == ProbePath && probe.HTTPGet.Scheme == ""
 		if PodTLS(pod) != c.tls || (env[EnvTLSSeed] == hex.EncodeToString(seed[:])) != c.tls ||
-			(scheme == corev1.URISchemeHTTPS) != c.tls || env[EnvTokenSHA256] != TokenSHA256(token) {
-			t.Errorf("%s: PodTLS %v, seed %q, probe scheme %q, token hash %q", c.d, PodTLS(pod), env[EnvTLSSeed], scheme, env[EnvTokenSHA256])
+			tcp != c.tls || plain == c.tls || env[EnvTokenSHA256] != TokenSHA256(token) {
+			t.Errorf("%s: PodTLS %v, seed %q, probe %+v, token hash %q", c.d, PodTLS(pod), env[EnvTLSSeed], probe.ProbeHandler, env[EnvTokenSHA256])
 		}
 		if c.init != "" && pod.Spec.InitContainers[0].Command[0] != c.init {
 			t.Errorf("%s: init container runs %v, want %s", c.d, pod.Spec.InitContainers[0].Command, c.init)
