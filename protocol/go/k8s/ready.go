@@ -57,7 +57,10 @@ func (w *Worker) WaitReady(ctx context.Context, name string) (string, error) {
 // WaitProgress is WaitReady calling report (if not nil) at every change of the pod's progress.
 func (w *Worker) WaitProgress(ctx context.Context, name string, report func(Progress)) (string, error) {
 	last := Progress{Stage: Unknown}
+	// The shim being asked, at probing. A new IP (the pod replaced by one of the same name) is
+	// asked anew; the probe of the old one ends with the wait, its answer unread.
 	var answered <-chan string
+	probing := ""
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	for {
@@ -74,12 +77,17 @@ func (w *Worker) WaitProgress(ctx context.Context, name string, report func(Prog
 		case Failed:
 			return "", &PodFailedError{Pod: name, Reason: p.Reason, Message: p.Detail}
 		}
-		if answered == nil && probeable(pod) {
-			answered = w.probe(ctx, name, pod.Status.PodIP, PodTLS(pod))
+		if probeable(pod) && pod.Status.PodIP != probing {
+			probing = pod.Status.PodIP
+			answered = w.probe(ctx, name, probing, PodTLS(pod))
 		}
 		select {
 		case <-changed:
 		case ip := <-answered:
+			if now := w.Get(name); !probeable(now) || now.Status.PodIP != ip {
+				answered = nil // the pod ended or moved meanwhile: its status decides
+				continue
+			}
 			p = Progress{Stage: Ready, Detail: ip}
 			if report != nil {
 				report(p)
