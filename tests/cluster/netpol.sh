@@ -79,10 +79,21 @@ netpol_rules() {
     done < <(netpol_jumps)
 }
 
+# netpol_kernel: br_netfilter and nfnetlink_queue, loaded if they are modules (built in here).
+netpol_kernel() {
+    local m
+    for m in br_netfilter nfnetlink_queue xt_NFQUEUE; do modprobe -q "$m" 2>/dev/null || true; done
+    [[ -w $BR_NF_SYSCTL ]] \
+        || die "no $BR_NF_SYSCTL: NetworkPolicy between pods on the bridge needs br_netfilter"
+    [[ -e /proc/net/netfilter/nfnetlink_queue ]] \
+        || die "no /proc/net/netfilter/nfnetlink_queue: kube-network-policies needs nfnetlink_queue"
+}
+
 # netpol_up: builds (or finds cached) the daemon, starts it unless it runs, waits for its queue,
 # then the bridge sysctl and the rules. Idempotent on a running cluster.
 netpol_up() {
     local bin
+    netpol_kernel
     bin=$("$cluster_dir/build-netpol" 2>> "$LOGS/build-netpol.log") \
         || die "building kube-network-policies failed (see $LOGS/build-netpol.log)"
     if ! alive "$NETPOL_DAEMON" || [[ $(head -1 "$PIDS/$NETPOL_DAEMON.cmd") != "$bin" ]]; then
@@ -100,7 +111,8 @@ netpol_up() {
     netpol_rules
 }
 
-# netpol_down: the rules out first (fail-closed), then the daemon, then the sysctl as it was.
+# netpol_down: the rules out first (no packet waits for a daemon that is stopping), then the
+# daemon, then the sysctl as it was.
 netpol_down() {
     local jump
     while read -r jump; do
