@@ -29,6 +29,8 @@ export STEPSHIM_CONTAINERD_SOCK=$CONTAINERD_SOCK
 NODE_NAME=$(hostname | tr 'A-Z_' 'a-z-')
 
 # Daemons `up` starts, in start order; `up` checks all are alive before calling a cluster healthy.
+# The NetworkPolicy daemon (netpol.sh) is not among them: `up` starts it last, and again on a
+# healthy cluster where it is not running, without restarting the others.
 DAEMONS=(containerd registry etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 
 # take_lock: serializes up, down and restart-apiserver (fd 9; daemons never inherit it).
