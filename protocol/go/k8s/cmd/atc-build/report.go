@@ -49,11 +49,15 @@ func newContext(b Build, kubernetes string) Context {
 		Kubernetes: kubernetes, CPUs: runtime.NumCPU(), LoadBefore: loadAverage(), Checks: b.Checks, Files: b.Files}
 }
 
-// cell is a phase's time: total, then set-up + run (+ after, when the step kept something).
+// cell is a phase's time: total, then set-up + run (+ after, when the step kept something); under
+// 10 ms the total alone, in milliseconds.
 func cell(p *Phase) string {
 	switch {
 	case p == nil:
 		return "-"
+	case p.TotalSecs < 0.01:
+		// A step that ran nothing (a resource cache found): its lookup, in milliseconds.
+		return fmt.Sprintf("%.1f ms", p.TotalSecs*1000)
 	case p.AfterSecs > 0:
 		return fmt.Sprintf("%.2f s (%.2f + %.2f + %.2f)", p.TotalSecs, p.SetupSecs, p.RunSecs, p.AfterSecs)
 	}

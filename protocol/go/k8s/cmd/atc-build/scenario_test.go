@@ -51,6 +51,7 @@ func TestMarkdownPutsTheWaysSideBySide(t *testing.T) {
 	tar := int64(3 << 20)
 	r := Report{Ways: []Result{
 		{Way: "exec", Phases: []Phase{{Build: 1, Name: "get source", SetupSecs: 1, RunSecs: 0.5, TotalSecs: 1.5},
+			{Build: 2, Name: "get source: resource cache", SetupSecs: 0.0025, TotalSecs: 0.0025},
 			{Build: 2, Name: "put", SetupSecs: 1, RunSecs: 1, TotalSecs: 2}},
 			Builds: []BuildTotal{{Secs: 1.5, ControllerBytes: 5 << 20, ArtifactBytes: &tar}, {Secs: 2, ControllerBytes: 1 << 20}}},
 		{Way: "atc", Phases: []Phase{{Build: 1, Name: "get source", SetupSecs: 2, RunSecs: 0.25, TotalSecs: 2.25}},
@@ -59,7 +60,8 @@ func TestMarkdownPutsTheWaysSideBySide(t *testing.T) {
 	var b bytes.Buffer
 	writeMarkdown(&b, &r)
 	for _, want := range []string{"| phase | exec | atc |", "| get source | 1.50 s (1.00 + 0.50) | 2.25 s (2.00 + 0.25) |",
-		"| **build 1** | **1.50 s** | **2.25 s** |", "| put | 2.00 s (1.00 + 1.00) | - |", "| **build 2** | **2.00 s** | - |",
+		"| **build 1** | **1.50 s** | **2.25 s** |", "| put | 2.00 s (1.00 + 1.00) | - |",
+		"| get source: resource cache | 2.5 ms | - |", "| **build 2** | **2.00 s** | - |",
 		"| bytes through the controller, build 1 | 5.00 MiB (tar 3.00 MiB) | 0.50 MiB |", "FAILED: task run 1: boom"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("no %q in:\n%s", want, b.String())
