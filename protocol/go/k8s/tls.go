@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -98,10 +99,21 @@ func (w *Worker) Pin(name string) string { return shim.TLSPinOfToken(w.Token(nam
 // PodTLS), else plain HTTP.
 func (w *Worker) ShimAt(name, ip string, tls bool) (*shim.Client, error) {
 	hostPort := net.JoinHostPort(ip, strconv.Itoa(w.port))
+	var c *shim.Client
+	var err error
 	if tls {
-		return shim.NewTLS("https://"+hostPort, w.Token(name), w.Pin(name))
+		c, err = shim.NewTLS("https://"+hostPort, w.Token(name), w.Pin(name))
+	} else {
+		c, err = shim.New("http://"+hostPort, w.Token(name))
 	}
-	return shim.New("http://"+hostPort, w.Token(name))
+	if err == nil && w.dialShim != nil {
+		tr, ok := c.HTTP.Transport.(*http.Transport)
+		if !ok {
+			return nil, errors.New("k8s: a shim client without an *http.Transport cannot take Config.DialShim")
+		}
+		tr.DialContext = w.dialShim
+	}
+	return c, err
 }
 
 // PullSource is how another pod's shim reaches the cached pod name for a pull (shim.PullSpec's Source

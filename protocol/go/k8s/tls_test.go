@@ -223,6 +223,15 @@ func TestWorkerConnectsOverTLSWithThePodsPin(t *testing.T) {
 		podAt(w, "tls", base+"1", InitContainer("img")),
 		podAt(w, "plain", base+"2", plainInit),
 		podAt(w, "impostor", base+"3", InitContainer("img")))
+	// Config.DialShim opens the shims' connections, TLS or not.
+	var dialMu sync.Mutex
+	dialed := map[string]bool{}
+	w.dialShim = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dialMu.Lock()
+		dialed[addr] = true
+		dialMu.Unlock()
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
 
 	for name, want := range map[string]string{
 		"tls":   fmt.Sprintf("https://%s1:%d", base, port),
@@ -240,6 +249,11 @@ func TestWorkerConnectsOverTLSWithThePodsPin(t *testing.T) {
 			t.Errorf("PullSource(%s) = %s, %q, %v; client pin %q", name, src, pin, err, c.Pin())
 		}
 	}
+	dialMu.Lock()
+	if !dialed[net.JoinHostPort(base+"1", strconv.Itoa(port))] || !dialed[net.JoinHostPort(base+"2", strconv.Itoa(port))] {
+		t.Errorf("Config.DialShim dialed %v, want both shims", dialed)
+	}
+	dialMu.Unlock()
 	if len(*tlsAuths) != 1 || (*tlsAuths)[0] != "Bearer "+w.Token("tls") || len(*plainAuths) != 1 {
 		t.Errorf("requests: TLS shim %d, plain shim %d", len(*tlsAuths), len(*plainAuths))
 	}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,6 +50,9 @@ type Config struct {
 	// ImagesViaProxy reaches the source shims of StepSpec.ImageFrom through the apiserver
 	// (ConnectViaProxy) instead of at their pod IPs (Connect).
 	ImagesViaProxy bool
+	// DialShim, if set, opens the connections to the shims at their pod IPs (to count or trace
+	// them, say); nil is the shim client's own dialer.
+	DialShim func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // Worker creates, watches and deletes one worker's step pods and reaches their shims. Methods are safe
@@ -61,7 +65,9 @@ type Worker struct {
 	// port is where shims serve at their pod IPs: ShimPort, another port only in tests.
 	port int
 	// images is how images of step pods are granted and named (Config's settings).
-	images    imageSettings
+	images imageSettings
+	// dialShim is Config.DialShim.
+	dialShim  func(ctx context.Context, network, address string) (net.Conn, error)
 	factory   informers.SharedInformerFactory
 	lister    listersv1.PodNamespaceLister
 	stop      chan struct{}
@@ -105,7 +111,7 @@ func NewWorker(ctx context.Context, cs kubernetes.Interface, cfg Config) (*Worke
 	pods := factory.Core().V1().Pods()
 	w := &Worker{
 		cs: cs, namespace: cfg.Namespace, worker: cfg.Worker, key: cfg.Key, port: ShimPort, factory: factory,
-		images: settingsOf(cfg),
+		images: settingsOf(cfg), dialShim: cfg.DialShim,
 		lister: pods.Lister().Pods(cfg.Namespace), stop: make(chan struct{}), changed: make(chan struct{}),
 	}
 	informer := pods.Informer()

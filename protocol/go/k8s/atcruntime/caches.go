@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	shim "stepshim.dev/protocol/go"
 )
 
 // TaskCacheKey names a task cache as Concourse does.
@@ -78,7 +80,7 @@ func (s *volumeStore) keep(ctx context.Context, src *PodVolume, name string, m h
 		return nil, err
 	}
 	m.Gen, m.Updated = randomHex(8), time.Now().UTC()
-	if err := s.copyDir(ctx, src.pod, src.path, s.holder, s.data+"/"+name+"/"+m.Gen); err != nil {
+	if err := s.copyDir(ctx, src.pod, src.path, s.holder, s.data+"/"+name+"/"+m.Gen, nil); err != nil {
 		return nil, fmt.Errorf("atcruntime: keeping %s as %s %q: %w", src.handle, m.Kind, m.Key, err)
 	}
 	if err := s.writeMeta(ctx, c, name, m); err != nil {
@@ -90,9 +92,11 @@ func (s *volumeStore) keep(ctx context.Context, src *PodVolume, name string, m h
 	return s.holderVolume(name, m), nil
 }
 
-// restoreTaskCache copies the task cache key into dst, best effort: no holder, no cache, an expired
-// one or a copy that fails leave dst as it is (empty) and return nil; only ctx's end is an error.
-func (s *volumeStore) restoreTaskCache(ctx context.Context, dst *PodVolume, key TaskCacheKey) error {
+// restoreTaskCache copies the task cache key into dst, every entry owned by owner (the step's user,
+// so that a task that is not root can write its cache; nil keeps the cache's owners), best effort:
+// no holder, no cache, an expired one or a copy that fails leave dst as it is (empty) and return
+// nil; only ctx's end is an error.
+func (s *volumeStore) restoreTaskCache(ctx context.Context, dst *PodVolume, key TaskCacheKey, owner *shim.Owner) error {
 	name := volumeName("task", key.String())
 	var last error
 	for attempt := 0; attempt < 2; attempt++ {
@@ -107,7 +111,7 @@ func (s *volumeStore) restoreTaskCache(ctx context.Context, dst *PodVolume, key 
 			break
 		}
 		// A copy that fails because another node replaced the cache meanwhile is tried once more.
-		if last = s.copyDir(ctx, s.holder, s.data+"/"+name+"/"+m.Gen, dst.pod, dst.path); last == nil {
+		if last = s.copyDir(ctx, s.holder, s.data+"/"+name+"/"+m.Gen, dst.pod, dst.path, owner); last == nil {
 			return nil
 		}
 	}

@@ -10,8 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
+
+	shim "stepshim.dev/protocol/go"
 )
 
 func TestTaskCacheOutlivesItsPod(t *testing.T) {
@@ -23,7 +26,7 @@ func TestTaskCacheOutlivesItsPod(t *testing.T) {
 	// No holder yet: an empty cache, no holder made by a restore.
 	lp.startPod("build-1")
 	first := t.TempDir()
-	if err := s.restoreTaskCache(ctx, s.podVolume("build-1", first), key); err != nil {
+	if err := s.restoreTaskCache(ctx, s.podVolume("build-1", first), key, nil); err != nil {
 		t.Fatal(err)
 	}
 	if lp.get(s.holder) != nil {
@@ -44,7 +47,7 @@ func TestTaskCacheOutlivesItsPod(t *testing.T) {
 	lp.startPod("build-2")
 	second := t.TempDir()
 	other := newStore(lp, s.cfg)
-	if err := other.restoreTaskCache(ctx, other.podVolume("build-2", second), key); err != nil {
+	if err := other.restoreTaskCache(ctx, other.podVolume("build-2", second), key, nil); err != nil {
 		t.Fatal(err)
 	}
 	sameTree(t, files, readTree(t, second))
@@ -57,7 +60,7 @@ func TestTaskCacheOutlivesItsPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	fourth := t.TempDir()
-	if err := s.restoreTaskCache(ctx, s.podVolume("build-2", fourth), key); err != nil {
+	if err := s.restoreTaskCache(ctx, s.podVolume("build-2", fourth), key, nil); err != nil {
 		t.Fatal(err)
 	}
 	sameTree(t, changed, readTree(t, fourth))
@@ -67,7 +70,7 @@ func TestTaskCacheOutlivesItsPod(t *testing.T) {
 	}
 	// Another key is another cache: an empty directory, made.
 	fifth := filepath.Join(t.TempDir(), "cache")
-	_ = s.restoreTaskCache(ctx, s.podVolume("build-2", fifth), TaskCacheKey{JobID: 7, StepName: "unit", Path: "other"})
+	_ = s.restoreTaskCache(ctx, s.podVolume("build-2", fifth), TaskCacheKey{JobID: 7, StepName: "unit", Path: "other"}, nil)
 	if entries, err := os.ReadDir(fifth); err != nil || len(entries) != 0 {
 		t.Fatalf("another key restored %v (%v), want an empty directory", entries, err)
 	}
@@ -81,7 +84,7 @@ func lostHolder(t *testing.T, ctx context.Context, lp *localPods, s *volumeStore
 	// The holder is lost: an empty cache and no error; keeping a cache makes a new holder.
 	_ = lp.Delete(ctx, s.holder)
 	sixth := t.TempDir()
-	if err := s.restoreTaskCache(ctx, s.podVolume("build-2", sixth), key); err != nil {
+	if err := s.restoreTaskCache(ctx, s.podVolume("build-2", sixth), key, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := readTree(t, sixth); len(got) != 0 {
@@ -97,8 +100,48 @@ func lostHolder(t *testing.T, ctx context.Context, lp *localPods, s *volumeStore
 	// A cancelled restore is the one error.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := s.restoreTaskCache(cctx, s.podVolume("build-2", t.TempDir()), key); !errors.Is(err, context.Canceled) {
+	if err := s.restoreTaskCache(cctx, s.podVolume("build-2", t.TempDir()), key, nil); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled restore: %v", err)
+	}
+}
+
+// A cache kept from a step that ran as root is restored owned by the next step's user, so that a
+// task that is not root can write into it (the shims run as root here, so they keep the tar's
+// owners unless told otherwise).
+func TestTaskCacheRestoredOwnedByTheStepUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving files to another user needs root (CAP_CHOWN) for the shims")
+	}
+	lp := newLocalPods(t, "w1")
+	s, _ := testStore(t, lp)
+	ctx := testCtx(t)
+	lp.startPod("build-1")
+	dir := t.TempDir()
+	writeTree(t, dir, map[string][]byte{"stamp": []byte("run 1"), "sub/deep/file": []byte("x")})
+	if err := s.podVolume("build-1", dir).InitializeTaskCache(ctx, 1, "task", "cache", 0); err != nil {
+		t.Fatal(err)
+	}
+	key := TaskCacheKey{JobID: 1, StepName: "task", Path: "cache"}
+	want := shim.Owner{UID: 1000, GID: 1001}
+	for _, owner := range []*shim.Owner{&want, nil} {
+		out := t.TempDir()
+		if err := s.restoreTaskCache(ctx, s.podVolume("build-1", out), key, owner); err != nil {
+			t.Fatal(err)
+		}
+		wantOwner := shim.Owner{}
+		if owner != nil {
+			wantOwner = *owner
+		}
+		for _, rel := range []string{"stamp", "sub", "sub/deep", "sub/deep/file"} {
+			fi, err := os.Lstat(filepath.Join(out, rel))
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := fi.Sys().(*syscall.Stat_t)
+			if got := (shim.Owner{UID: st.Uid, GID: st.Gid}); got != wantOwner {
+				t.Errorf("restored with owner %v: %s is owned by %v, want %v", owner, rel, got, wantOwner)
+			}
+		}
 	}
 }
 
@@ -114,14 +157,14 @@ func TestTaskCacheExpiresAndNoHolder(t *testing.T) {
 	}
 	time.Sleep(1100 * time.Millisecond)
 	out := t.TempDir()
-	if err := s.restoreTaskCache(ctx, s.podVolume("build-1", out), TaskCacheKey{1, "s", "c"}); err != nil {
+	if err := s.restoreTaskCache(ctx, s.podVolume("build-1", out), TaskCacheKey{1, "s", "c"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := readTree(t, out); len(got) != 0 {
 		t.Fatalf("an expired cache restored %v", keys(got))
 	}
 	none := newStore(lp, VolumeConfig{HolderName: "nothing"})
-	if err := none.restoreTaskCache(ctx, none.podVolume("build-1", out), TaskCacheKey{1, "s", "c"}); err != nil {
+	if err := none.restoreTaskCache(ctx, none.podVolume("build-1", out), TaskCacheKey{1, "s", "c"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := none.podVolume("build-1", dir).InitializeTaskCache(ctx, 1, "s", "c", 0); !errors.Is(err, ErrNoHolder) {

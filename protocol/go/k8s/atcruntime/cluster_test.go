@@ -76,7 +76,7 @@ func TestVolumesCluster(t *testing.T) {
 	second := step("vols-build-2")
 	other := newStore(kit, s.cfg)
 	start = time.Now()
-	if err := other.restoreTaskCache(ctx, second, key); err != nil {
+	if err := other.restoreTaskCache(ctx, second, key, nil); err != nil {
 		t.Fatal(err)
 	}
 	hit := time.Since(start)
@@ -102,7 +102,7 @@ func holderLost(t *testing.T, ctx context.Context, kit *k8s.Worker, s *volumeSto
 	if err := kit.WaitGone(ctx, s.holder); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.restoreTaskCache(ctx, fourth, key); err != nil {
+	if err := s.restoreTaskCache(ctx, fourth, key, nil); err != nil {
 		t.Fatalf("restore with the holder gone: %v", err)
 	}
 	if _, n, _ := manifestOrEmpty(t, ctx, fourth); n != 0 {
@@ -113,7 +113,7 @@ func holderLost(t *testing.T, ctx context.Context, kit *k8s.Worker, s *volumeSto
 		t.Fatal(err)
 	}
 	fifth := s.podVolume(fourth.pod, "/tmp/cache5")
-	if err := s.restoreTaskCache(ctx, fifth, key); err != nil || manifest(t, ctx, fifth) != want {
+	if err := s.restoreTaskCache(ctx, fifth, key, nil); err != nil || manifest(t, ctx, fifth) != want {
 		t.Fatalf("after a new holder: %v", err)
 	}
 	ok("kept again: a new holder was made and the cache restores")

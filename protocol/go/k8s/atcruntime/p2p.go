@@ -152,16 +152,17 @@ func (s *volumeStore) copyLimited(ctx context.Context, srcPod, src string, dst p
 			return &StreamLimitError{LimitInMB: dst.LimitInMB, Limit: dst.Limit}
 		}
 	}
-	return s.copy(ctx, srcPod, src, dst.Pod, dst.Path, dst)
+	return s.copy(ctx, srcPod, src, dst.Pod, dst.Path, dst, nil)
 }
 
 // copyDir copies the contents of src in srcPod into dst in dstPod (created if missing; entries of
-// dst the source does not name are kept), pod to pod.
-func (s *volumeStore) copyDir(ctx context.Context, srcPod, src, dstPod, dst string) error {
-	return s.copy(ctx, srcPod, src, dstPod, dst, p2pTarget{})
+// dst the source does not name are kept), pod to pod; owner, if set, owns every entry copied and
+// every directory the copy creates (PROTOCOL.md 4.8.3), else the owners are the source's.
+func (s *volumeStore) copyDir(ctx context.Context, srcPod, src, dstPod, dst string, owner *shim.Owner) error {
+	return s.copy(ctx, srcPod, src, dstPod, dst, p2pTarget{}, owner)
 }
 
-func (s *volumeStore) copy(ctx context.Context, srcPod, src, dstPod, dst string, lim p2pTarget) error {
+func (s *volumeStore) copy(ctx context.Context, srcPod, src, dstPod, dst string, lim p2pTarget, owner *shim.Owner) error {
 	sc, err := s.pods.Connect(ctx, srcPod)
 	if err != nil {
 		return err
@@ -183,7 +184,7 @@ func (s *volumeStore) copy(ctx context.Context, srcPod, src, dstPod, dst string,
 	if err != nil {
 		return err
 	}
-	spec := shim.PullSpec{Source: source, SourcePin: pin, Path: contents(src), Token: token, Target: dst}
+	spec := shim.PullSpec{Source: source, SourcePin: pin, Path: contents(src), Token: token, Target: dst, Owner: owner}
 	if _, _, err := dc.Pull(ctx, id, spec, 0); err != nil {
 		return fmt.Errorf("atcruntime: pull into %s:%s: %w", dstPod, dst, err)
 	}

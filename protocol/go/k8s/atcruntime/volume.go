@@ -204,7 +204,7 @@ func (v *PodVolume) StreamP2POut(ctx context.Context, p, destURL string, compres
 // through the caller (art.StreamOut into dst.StreamIn, raw, no limit).
 func (s *volumeStore) streamInput(ctx context.Context, dst *PodVolume, art Artifact) error {
 	if src, ok := s.localVolume(art); ok {
-		return s.copyDir(ctx, src.pod, src.path, dst.pod, dst.path)
+		return s.copyDir(ctx, src.pod, src.path, dst.pod, dst.path, nil)
 	}
 	rc, err := art.StreamOut(ctx, ".", Raw)
 	if err != nil {

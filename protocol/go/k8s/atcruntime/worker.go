@@ -238,7 +238,7 @@ func (w *Worker) setUp(ctx context.Context, c *Container, spec ContainerSpec, p 
 	}
 	for i, cache := range spec.Caches {
 		key := TaskCacheKey{JobID: spec.JobID, StepName: spec.StepName, Path: cache}
-		if err := w.vols.restoreTaskCache(ctx, w.vols.podVolume(c.handle, p.caches[i]), key); err != nil {
+		if err := w.vols.restoreTaskCache(ctx, w.vols.podVolume(c.handle, p.caches[i]), key, owner); err != nil {
 			return fmt.Errorf("cache at %s: %w", p.caches[i], err)
 		}
 	}

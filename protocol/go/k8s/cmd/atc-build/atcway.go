@@ -1,10 +1,12 @@
-// The atc way: the build through the package atcruntime only, as ATC's exec steps would drive it.
-// Containers come from Worker.FindOrCreateContainer with ATC's ContainerSpec (the get's outputs,
-// the task's input, cache and output as mounts); processes are Container.Run and Process.Wait;
-// the task's image is the get's image volume (ImageSpec.ImageArtifact: the kubelet pulls it from
-// the get's pod through the node-local forwarder); inputs go pod to pod; the task's cache is kept
-// by InitializeTaskCache after the first run and restored into the second run's container. The
-// worker's credentials are stepctl manifests' RBAC: no pods/exec.
+// The atc way: the builds through the package atcruntime only, as ATC's exec steps would drive
+// them. Containers come from Worker.FindOrCreateContainer with ATC's ContainerSpec (each get's
+// output, the task's input, cache and output as mounts); processes are Container.Run and
+// Process.Wait; each get's output is kept as a resource cache (InitializeResourceCache), which the
+// second build finds (LookupResourceCache) and uses as the step's output without a get container;
+// the task's image is the image get's volume (ImageSpec.ImageArtifact: the kubelet pulls it from the
+// get's pod, or from the holder pod in build 2, through the node-local forwarder); inputs go pod to
+// pod; the task's cache is kept by InitializeTaskCache after each run and restored into the next
+// run's container. The worker's credentials are stepctl manifests' RBAC: no pods/exec.
 
 package main
 
@@ -44,12 +46,18 @@ type atcWay struct {
 	prefix    string
 	handles   []string
 	check     *atcruntime.Container
-	// source and image are the get's outputs; out is the last task run's output.
+	// source and image are the gets' outputs, keys their resource caches' keys; out is the last task
+	// run's output, run its number.
 	source, image, out atcruntime.Volume
+	keys               map[resource]string
+	run                int
+	// wire counts the bytes to and from the apiserver and the shims.
+	wire *wireCount
 }
 
 func newAtcWay(ctx context.Context, o options, prefix string) (*atcWay, string, error) {
-	cs, err := k8s.Clientset(o.kubeconfig)
+	wire := &wireCount{}
+	cs, err := countedClientset(o.kubeconfig, wire)
 	if err != nil {
 		return nil, "", err
 	}
@@ -61,7 +69,7 @@ func newAtcWay(ctx context.Context, o options, prefix string) (*atcWay, string, 
 	if err != nil {
 		return nil, "", err
 	}
-	kitConfig := k8s.Config{Namespace: o.namespace, Worker: "atc-build", Key: key}
+	kitConfig := k8s.Config{Namespace: o.namespace, Worker: "atc-build", Key: key, DialShim: wire.Dial}
 	kit, err := k8s.NewWorker(ctx, cs, kitConfig)
 	if err != nil {
 		return nil, "", err
@@ -86,7 +94,8 @@ func newAtcWay(ctx context.Context, o options, prefix string) (*atcWay, string, 
 		kit.Close()
 		return nil, "", err
 	}
-	a := &atcWay{kit: kit, w: w, cs: cs, kitConfig: kitConfig, config: config, stepImage: o.stepImage, prefix: prefix}
+	a := &atcWay{kit: kit, w: w, cs: cs, kitConfig: kitConfig, config: config, stepImage: o.stepImage, prefix: prefix,
+		keys: map[resource]string{}, wire: wire}
 	if o.evictKubeconfig != "" {
 		if a.evictor, err = k8s.Clientset(o.evictKubeconfig); err != nil {
 			kit.Close()
@@ -100,16 +109,22 @@ func (a *atcWay) Name() string { return "atc" }
 
 func (a *atcWay) Note() string {
 	return "atcruntime only: step pods with the shim as PID 1, processes through the shims, the task " +
-		"in the get's image (pulled by the kubelet from the get's pod through the forwarder), inputs " +
-		"pod to pod, the task cache kept by the holder pod"
+		"in the image get's volume (pulled by the kubelet from the get's or the holder's pod through the " +
+		"forwarder), inputs pod to pod, the task cache and the resource caches kept by the holder pod"
 }
 
 func (a *atcWay) logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "atc-build: "+format+"\n", args...)
 }
 
-// Close stops the kit's informer.
-func (a *atcWay) Close() { a.kit.Close() }
+// Close stops the kit's informer and the counting relay.
+func (a *atcWay) Close() {
+	a.kit.Close()
+	a.wire.Close()
+}
+
+// Bytes is every byte to and from the apiserver and the shims; the way carries no artifact itself.
+func (a *atcWay) Bytes() (wire, artifacts int64) { return a.wire.Bytes(), -1 }
 
 // container is FindOrCreateContainer for step with spec, its mounts by path.
 func (a *atcWay) container(ctx context.Context, step string, spec atcruntime.ContainerSpec) (*atcruntime.Container, map[string]atcruntime.Volume, error) {
@@ -166,20 +181,64 @@ func (a *atcWay) Check(ctx context.Context, n int) (string, error) {
 	return runScript(ctx, a.check, checkScript, strconv.Itoa(n))
 }
 
-func (a *atcWay) Get(ctx context.Context, b Build) (string, stepTime, error) {
+// Get runs the get of res in a container of its own, then keeps its output as the resource cache of
+// the version it printed (InitializeResourceCache, timed as After).
+func (a *atcWay) Get(ctx context.Context, res resource, b Build) (string, stepTime, error) {
 	var st stepTime
 	t := time.Now()
-	c, vols, err := a.container(ctx, "get", atcruntime.ContainerSpec{Type: "get", StepName: "get", Dir: getDir,
-		ImageSpec: atcruntime.ImageSpec{ImageURL: a.stepImage},
-		Outputs:   map[string]string{"source": "source", "image": "image"}})
+	dir, name := getDir, string(res)
+	if res == imageRes {
+		dir = getImageDir
+	}
+	c, vols, err := a.container(ctx, "get-"+name, atcruntime.ContainerSpec{Type: "get", StepName: "get-" + name,
+		Dir: dir, ImageSpec: atcruntime.ImageSpec{ImageURL: a.stepImage}, Outputs: map[string]string{name: name}})
 	if err != nil {
 		return "", st, err
 	}
-	a.source, a.image = vols[getDir+"/source"], vols[getDir+"/image"]
 	st.Setup, t = time.Since(t), time.Now()
-	out, err := runScript(ctx, c, getScript, getDir, strconv.Itoa(b.Files))
-	st.Run = time.Since(t)
-	return out, st, err
+	script, args := getSourceScript, []string{dir, strconv.Itoa(b.Files)}
+	if res == imageRes {
+		script, args = getImageScript, []string{dir}
+	}
+	out, err := runScript(ctx, c, script, args...)
+	st.Run, t = time.Since(t), time.Now()
+	if err != nil {
+		return out, st, err
+	}
+	vol, ok := vols[dir+"/"+name].(*atcruntime.PodVolume)
+	if !ok {
+		return out, st, fmt.Errorf("the get's output %s is not a pod volume", name)
+	}
+	a.setOutput(res, vol)
+	a.keys[res] = a.prefix + name + "@" + strings.TrimSpace(out)
+	if _, err := vol.InitializeResourceCache(ctx, a.keys[res]); err != nil {
+		return out, st, fmt.Errorf("keeping the resource cache: %w", err)
+	}
+	st.After = time.Since(t)
+	return out, st, nil
+}
+
+func (a *atcWay) setOutput(res resource, v atcruntime.Volume) {
+	if res == imageRes {
+		a.image = v
+	} else {
+		a.source = v
+	}
+}
+
+// Cached finds res's resource cache at the version build 1 got (LookupResourceCache) and takes it as
+// the get's output.
+func (a *atcWay) Cached(ctx context.Context, res resource) (stepTime, error) {
+	t := time.Now()
+	v, found, err := a.w.LookupResourceCache(ctx, a.keys[res])
+	if err != nil {
+		return stepTime{}, err
+	}
+	if !found {
+		return stepTime{}, fmt.Errorf("no resource cache %q", a.keys[res])
+	}
+	a.setOutput(res, v)
+	return stepTime{Setup: time.Since(t)}, nil
 }
 
 // Task runs in the get's image with its source as input, a task cache and an output; after the
@@ -187,6 +246,7 @@ func (a *atcWay) Get(ctx context.Context, b Build) (string, stepTime, error) {
 func (a *atcWay) Task(ctx context.Context, runNo int) (string, stepTime, error) {
 	var st stepTime
 	t := time.Now()
+	a.run = runNo
 	c, vols, err := a.container(ctx, "task-"+strconv.Itoa(runNo), atcruntime.ContainerSpec{
 		Type: "task", StepName: "task", Dir: taskDir,
 		ImageSpec: atcruntime.ImageSpec{ImageArtifact: a.image},
@@ -217,7 +277,7 @@ func (a *atcWay) Task(ctx context.Context, runNo int) (string, stepTime, error) 
 func (a *atcWay) Put(ctx context.Context) (string, stepTime, error) {
 	var st stepTime
 	t := time.Now()
-	c, _, err := a.container(ctx, "put", atcruntime.ContainerSpec{Type: "put", StepName: "put", Dir: putDir,
+	c, _, err := a.container(ctx, "put-"+strconv.Itoa(a.run), atcruntime.ContainerSpec{Type: "put", StepName: "put", Dir: putDir,
 		ImageSpec: atcruntime.ImageSpec{ImageURL: a.stepImage},
 		Inputs:    []atcruntime.Input{{Artifact: a.out, DestinationPath: "out"}}})
 	if err != nil {

@@ -1,10 +1,12 @@
-// The exec way: the build as an exec-based Kubernetes runtime runs it today. Every container is a
-// pod of the step image running `sleep`; every process is a pods/exec through the apiserver
+// The exec way: the builds as an exec-based Kubernetes runtime runs them today. Every container is
+// a pod of the step image running `sleep`; every process is a pods/exec through the apiserver
 // (client-go's remotecommand: WebSocket, SPDY when the apiserver refuses the upgrade); every
 // artifact is a tar stream through this process (`tar c` exec'd in the source pod piped into `tar x`
 // exec'd in the destination). Without a registry no pod can run in an image another pod wrote, so
-// the task runs in the step image with the get's rootfs/ copied in as one more input; the task
-// cache is the first run's cache/ streamed from its pod into the second run's.
+// the task runs in the step image with the image get's rootfs/ copied in as one more input. Such a
+// runtime has no volumes apart from its pods, so what it keeps is pods: the task cache is the last
+// run's cache/ streamed from its pod into the next run's, and a get's resource cache is the get's
+// pod itself, kept running and streamed from again by the next build (a lookup of the pod, no get).
 
 package main
 
@@ -38,20 +40,28 @@ type execWay struct {
 	// prefix starts the names of this run's pods.
 	prefix string
 	pods   []string
-	// streamed counts the bytes of the artifacts' tar streams through this process.
+	// lastTask is the step of the last task run, whose output the put reads.
+	lastTask string
+	// streamed counts the bytes of the artifacts' tar streams through this process; wire all
+	// bytes to and from the apiserver.
 	streamed atomic.Int64
+	wire     *wireCount
 }
 
-func newExecWay(cs kubernetes.Interface, cfg *rest.Config, ns, image, prefix string) *execWay {
-	return &execWay{cs: cs, rest: cfg, ns: ns, image: image, prefix: prefix}
+func newExecWay(cs kubernetes.Interface, cfg *rest.Config, wire *wireCount, ns, image, prefix string) *execWay {
+	return &execWay{cs: cs, rest: cfg, wire: wire, ns: ns, image: image, prefix: prefix}
 }
+
+// Close stops the counting relay.
+func (e *execWay) Close() { e.wire.Close() }
 
 func (e *execWay) Name() string { return "exec" }
 
 func (e *execWay) Note() string {
 	return "sleep pods, every process a pods/exec through the apiserver, artifacts as tar streams " +
-		"through the controller; the task runs in the step image with the get's rootfs/ copied in as " +
-		"an input (no pod can run in an image another pod wrote without a registry)"
+		"through the controller; the task runs in the step image with the image get's rootfs/ copied in " +
+		"as an input (no pod can run in an image another pod wrote without a registry); the resource " +
+		"caches are the get pods, kept running"
 }
 
 func (e *execWay) pod(step string) string { return e.prefix + step }
@@ -181,8 +191,8 @@ func (e *execWay) stream(ctx context.Context, src, srcDir, dst, dstDir string) e
 	return nil
 }
 
-// ControllerBytes is how many bytes of artifacts went through this process.
-func (e *execWay) ControllerBytes() int64 { return e.streamed.Load() }
+// Bytes is every byte to and from the apiserver, and of those the artifacts' tar streams.
+func (e *execWay) Bytes() (wire, artifacts int64) { return e.wire.Bytes(), e.streamed.Load() }
 
 // counter counts what is written through it into n.
 type counter struct {
@@ -206,23 +216,51 @@ func (e *execWay) Check(ctx context.Context, n int) (string, error) {
 	return e.script(ctx, "check", checkScript, strconv.Itoa(n))
 }
 
-func (e *execWay) Get(ctx context.Context, b Build) (string, stepTime, error) {
+// getDirs is where the get of res works and what of it later steps take.
+func getDirs(res resource) (dir, artifact string) {
+	if res == imageRes {
+		return getImageDir, getImageDir + "/image/rootfs"
+	}
+	return getDir, getDir + "/source"
+}
+
+func (e *execWay) Get(ctx context.Context, res resource, b Build) (string, stepTime, error) {
 	var st stepTime
 	t := time.Now()
-	if err := e.start(ctx, "get"); err != nil {
+	step := "get-" + string(res)
+	dir, _ := getDirs(res)
+	if err := e.start(ctx, step); err != nil {
 		return "", st, err
 	}
-	if err := e.exec(ctx, "get", []string{"mkdir", "-p", getDir}, nil, io.Discard); err != nil {
+	if err := e.exec(ctx, step, []string{"mkdir", "-p", dir}, nil, io.Discard); err != nil {
 		return "", st, err
 	}
 	st.Setup, t = time.Since(t), time.Now()
-	out, err := e.script(ctx, "get", getScript, getDir, strconv.Itoa(b.Files))
+	script, args := getSourceScript, []string{dir, strconv.Itoa(b.Files)}
+	if res == imageRes {
+		script, args = getImageScript, []string{dir}
+	}
+	out, err := e.script(ctx, step, script, args...)
 	st.Run = time.Since(t)
 	return out, st, err
 }
 
-// Task's inputs: the get's source/ and image rootfs/, and from the second run on the first run's
-// cache/; its output dir out/ and its cache dir made empty when there is none.
+// Cached finds res's get pod of the last build still running: its directory is the artifact again.
+func (e *execWay) Cached(ctx context.Context, res resource) (stepTime, error) {
+	t := time.Now()
+	name := e.pod("get-" + string(res))
+	pod, err := e.cs.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return stepTime{}, fmt.Errorf("the get pod %s: %w", name, err)
+	}
+	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+		return stepTime{}, fmt.Errorf("the get pod %s is %s, not running", name, pod.Status.Phase)
+	}
+	return stepTime{Setup: time.Since(t)}, nil
+}
+
+// Task's inputs: the source get's source/ and the image get's rootfs/, and from the second run on
+// the last run's cache/; its output dir out/ and its cache dir made empty when there is none.
 func (e *execWay) Task(ctx context.Context, run int) (string, stepTime, error) {
 	var st stepTime
 	t := time.Now()
@@ -230,20 +268,25 @@ func (e *execWay) Task(ctx context.Context, run int) (string, stepTime, error) {
 	if err := e.start(ctx, step); err != nil {
 		return "", st, err
 	}
-	copies := [][2]string{{getDir + "/source", taskDir + "/source"}, {getDir + "/image/rootfs", taskDir + "/image/rootfs"}}
-	for _, c := range copies {
-		if err := e.stream(ctx, "get", c[0], step, c[1]); err != nil {
+	for _, res := range []resource{sourceRes, imageRes} {
+		_, from := getDirs(res)
+		to := taskDir + "/source"
+		if res == imageRes {
+			to = taskDir + "/image/rootfs"
+		}
+		if err := e.stream(ctx, "get-"+string(res), from, step, to); err != nil {
 			return "", st, err
 		}
 	}
-	if run > 1 {
-		if err := e.stream(ctx, "task-"+strconv.Itoa(run-1), taskDir+"/cache", step, taskDir+"/cache"); err != nil {
+	if e.lastTask != "" {
+		if err := e.stream(ctx, e.lastTask, taskDir+"/cache", step, taskDir+"/cache"); err != nil {
 			return "", st, err
 		}
 	}
 	if err := e.exec(ctx, step, []string{"mkdir", "-p", taskDir + "/out", taskDir + "/cache"}, nil, io.Discard); err != nil {
 		return "", st, err
 	}
+	e.lastTask = step
 	st.Setup, t = time.Since(t), time.Now()
 	out, err := e.script(ctx, step, taskScript, taskDir, taskDir+"/image/rootfs", strconv.Itoa(run))
 	st.Run = time.Since(t)
@@ -253,14 +296,15 @@ func (e *execWay) Task(ctx context.Context, run int) (string, stepTime, error) {
 func (e *execWay) Put(ctx context.Context) (string, stepTime, error) {
 	var st stepTime
 	t := time.Now()
-	if err := e.start(ctx, "put"); err != nil {
+	step := "put-" + strings.TrimPrefix(e.lastTask, "task-")
+	if err := e.start(ctx, step); err != nil {
 		return "", st, err
 	}
-	if err := e.stream(ctx, "task-2", taskDir+"/out", "put", putDir+"/out"); err != nil {
+	if err := e.stream(ctx, e.lastTask, taskDir+"/out", step, putDir+"/out"); err != nil {
 		return "", st, err
 	}
 	st.Setup, t = time.Since(t), time.Now()
-	out, err := e.script(ctx, "put", putScript, putDir)
+	out, err := e.script(ctx, step, putScript, putDir)
 	st.Run = time.Since(t)
 	return out, st, err
 }

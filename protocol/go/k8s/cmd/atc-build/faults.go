@@ -2,7 +2,7 @@
 // an abort mid-task (the process gets TERM, the build sees its exit, no process is left), the web
 // node restarted mid-task (a new Worker re-attaches at the offset the old one had written up to:
 // every line once), the task's pod evicted (Wait fails at once with the pod's reason), and a task
-// whose user is not root writing its output.
+// whose user is not root writing its output and into the task cache the root runs kept.
 
 package main
 
@@ -229,18 +229,23 @@ func (a *atcWay) evicted(ctx context.Context) error {
 	return nil
 }
 
-// nonRoot: a task whose user is nobody writes its output: the output directory is its own.
+// nonRoot: a task whose user is nobody writes its output, and into the task cache the builds' root
+// runs kept (restored owned by the task's user): the output and the cache are its own.
 func (a *atcWay) nonRoot(ctx context.Context) error {
-	c, err := a.taskContainer(ctx, "nonroot", "nobody")
+	c, _, err := a.container(ctx, "nonroot", atcruntime.ContainerSpec{Type: "task", StepName: "task", Dir: taskDir,
+		ImageSpec: atcruntime.ImageSpec{ImageURL: a.stepImage}, User: "nobody",
+		Caches: []string{"cache"}, Outputs: map[string]string{"out": "out"}})
 	if err != nil {
 		return err
 	}
-	out, err := runScript(ctx, c, `set -e; cd "$1"; id -u; echo written > out/file; stat -c %u out/file`, taskDir)
+	out, err := runScript(ctx, c, `set -e; cd "$1"; test -f cache/stamp || { echo "no cache restored" >&2; exit 1; }
+id -u; echo written > out/file; echo "by nobody" > cache/stamp; stat -c %u out/file cache/stamp cache`, taskDir)
 	if err != nil {
 		return err
 	}
-	if got := strings.Fields(out); len(got) != 2 || got[0] == "0" || got[0] != got[1] {
-		return fmt.Errorf("want the task's uid (not 0) twice, printed %q", out)
+	if got := strings.Fields(out); len(got) != 4 || got[0] == "0" || got[0] != got[1] || got[0] != got[2] || got[0] != got[3] {
+		return fmt.Errorf("want the task's uid (not 0) four times (itself, its output, its cache's file and "+
+			"directory), printed %q", out)
 	}
 	return nil
 }

@@ -1,7 +1,9 @@
-// Command atc-build runs a Concourse-shaped build on a cluster two ways in one run and times each
-// phase: a check container reused for N checks, a get writing a source tree and a rootfs/ +
-// metadata.json image, a task run twice in that image with the source as input, a cache and an
-// output (the second run must find the first's cache), and a put reading the task's output.
+// Command atc-build runs two Concourse-shaped builds of one job on a cluster two ways in one run and
+// times each phase (scenario.go): build 1 a check container reused for N checks, a get of a source
+// tree and a get of a rootfs/ + metadata.json image (each kept as a resource cache), a task run twice
+// in that image with the source as input, a cache and an output (the second run must find the
+// first's cache), and a put reading the task's output; build 2 the gets from their resource caches,
+// the task once more and the put. It counts the bytes through this process for each way (count.go).
 //
 //	exec  as an exec-based Kubernetes runtime does it: sleep pods, every process a pods/exec through
 //	      the apiserver, artifacts as tar streams through this process (execway.go);
@@ -9,7 +11,7 @@
 //
 // Each way runs in a namespace of its own with credentials of its own: the exec way's may create
 // pods/exec, the atc way's only what `stepctl manifests --forwarder` grants. It prints a Markdown
-// table of the phases side by side, writes the same as JSON with -json, and exits 1 when any step of
+// table of the phases and the bytes side by side, writes the same as JSON with -json, and exits 1 when any step of
 // any way failed or printed what it should not have.
 package main
 
@@ -137,19 +139,25 @@ func run(o options) error {
 func newWay(ctx context.Context, o options, name, prefix string) (way, string, error) {
 	switch name {
 	case "exec":
+		wire := &wireCount{}
 		cfg, err := clientcmd.BuildConfigFromFlags("", o.execKubeconfig)
+		if err == nil {
+			cfg, err = wire.through(cfg)
+		}
 		if err != nil {
 			return nil, "", err
 		}
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
+			wire.Close()
 			return nil, "", err
 		}
 		v, err := cs.Discovery().ServerVersion()
 		if err != nil {
+			wire.Close()
 			return nil, "", err
 		}
-		return newExecWay(cs, cfg, o.execNamespace, o.stepImage, prefix), v.GitVersion, nil
+		return newExecWay(cs, cfg, wire, o.execNamespace, o.stepImage, prefix), v.GitVersion, nil
 	case "atc":
 		a, version, err := newAtcWay(ctx, o, prefix)
 		if err != nil {
@@ -158,6 +166,18 @@ func newWay(ctx context.Context, o options, name, prefix string) (way, string, e
 		return a, version, nil
 	}
 	return nil, "", fmt.Errorf("unknown way %q", name)
+}
+
+// countedClientset is a client of kubeconfig's apiserver whose connections wire counts.
+func countedClientset(kubeconfig string, wire *wireCount) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if cfg, err = wire.through(cfg); err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
 }
 
 func writeFiles(o options, r *Report) error {

@@ -1,5 +1,6 @@
 // The report of a run: its context (command, date, Kubernetes version, load average before and
-// after), a Markdown table of the phases of every way side by side, and the same as JSON.
+// after), a Markdown table of the phases of both builds and the bytes through the controller, every
+// way side by side, and the same as JSON.
 
 package main
 
@@ -48,19 +49,24 @@ func newContext(b Build, kubernetes string) Context {
 		Kubernetes: kubernetes, CPUs: runtime.NumCPU(), LoadBefore: loadAverage(), Checks: b.Checks, Files: b.Files}
 }
 
-// cell is a phase's time: total, then set-up + run (+ after, when the step kept something).
+// cell is a phase's time: total, then set-up + run (+ after, when the step kept something); under
+// 10 ms the total alone, in milliseconds.
 func cell(p *Phase) string {
 	switch {
 	case p == nil:
 		return "-"
+	case p.TotalSecs < 0.01:
+		// A step that ran nothing (a resource cache found): its lookup, in milliseconds.
+		return fmt.Sprintf("%.1f ms", p.TotalSecs*1000)
 	case p.AfterSecs > 0:
 		return fmt.Sprintf("%.2f s (%.2f + %.2f + %.2f)", p.TotalSecs, p.SetupSecs, p.RunSecs, p.AfterSecs)
 	}
 	return fmt.Sprintf("%.2f s (%.2f + %.2f)", p.TotalSecs, p.SetupSecs, p.RunSecs)
 }
 
-// writeMarkdown writes the context, the table (a row per phase, a column per way: total, and
-// container set-up + process run + what the step kept after) and each way's note and outcome.
+// writeMarkdown writes the context, the table (a row per phase of each build, the builds' totals
+// and the bytes through the controller; a column per way: total, and container set-up + process
+// run + what the step kept after) and each way's note and outcome.
 func writeMarkdown(w io.Writer, r *Report) {
 	c := r.Context
 	fmt.Fprintf(w, "`%s`\n\n%s, Kubernetes %s, %d CPUs, load average before %s and after %s; %d checks, "+
@@ -73,26 +79,37 @@ func writeMarkdown(w io.Writer, r *Report) {
 	header := func(first string) {
 		fmt.Fprintf(w, "| %s | %s |\n|---|%s\n", first, strings.Join(names, " | "), strings.Repeat("---|", len(names)))
 	}
-	rows := func(faults bool) {
-		for _, phase := range phaseNames(r.Ways, faults) {
-			row := []string{phase}
-			for i := range r.Ways {
-				row = append(row, cell(findPhase(&r.Ways[i], phase)))
-			}
-			fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+	row := func(first string, cell func(res *Result) string) {
+		cells := []string{first}
+		for i := range r.Ways {
+			cells = append(cells, cell(&r.Ways[i]))
 		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
 	header("phase")
-	rows(false)
-	row := []string{"**total**"}
-	for _, res := range r.Ways {
-		row = append(row, fmt.Sprintf("**%.2f s**", res.TotalSecs))
+	for build := 1; build <= 2; build++ {
+		for _, phase := range phaseNames(r.Ways, build) {
+			row(phase, func(res *Result) string { return cell(findPhase(res, build, phase)) })
+		}
+		row(fmt.Sprintf("**build %d**", build), func(res *Result) string {
+			if len(res.Builds) < build {
+				return "-"
+			}
+			return fmt.Sprintf("**%.2f s**", res.Builds[build-1].Secs)
+		})
 	}
-	fmt.Fprintf(w, "| %s |\n\n", strings.Join(row, " | "))
-	if len(phaseNames(r.Ways, true)) > 0 {
-		fmt.Fprintf(w, "What the build survived, after it and apart from its total (a container each):\n\n")
+	for build := 1; build <= 2; build++ {
+		row(fmt.Sprintf("bytes through the controller, build %d", build), func(res *Result) string {
+			return bytesCell(res, build)
+		})
+	}
+	fmt.Fprintln(w)
+	if len(phaseNames(r.Ways, 0)) > 0 {
+		fmt.Fprintf(w, "What the build survived, after the builds and apart from their totals (a container each):\n\n")
 		header("check")
-		rows(true)
+		for _, phase := range phaseNames(r.Ways, 0) {
+			row(phase, func(res *Result) string { return cell(findPhase(res, 0, phase)) })
+		}
 		fmt.Fprintln(w)
 	}
 	for _, res := range r.Ways {
@@ -100,24 +117,37 @@ func writeMarkdown(w io.Writer, r *Report) {
 		if res.Error != "" {
 			status = "FAILED: " + res.Error
 		}
-		fmt.Fprintf(w, "- **%s**: %s. %s; task run 2: cache %s; put: `%s`.\n", res.Way, res.Note, status,
-			res.CacheRun2, res.Version)
-		if res.ControllerBytes != nil {
-			fmt.Fprintf(w, "  Artifacts through the controller: %.1f MiB.\n", float64(*res.ControllerBytes)/(1<<20))
-		}
+		fmt.Fprintf(w, "- **%s**: %s. %s; the task runs' caches: %s; put: `%s`.\n", res.Way, res.Note, status,
+			strings.Join(res.TaskCaches, ", "), res.Version)
 		if res.CleanupErr != "" {
 			fmt.Fprintf(w, "  Clean-up failed: %s\n", res.CleanupErr)
 		}
 	}
 }
 
-// phaseNames are the phases of all ways, build phases or fault checks, in order of first appearance.
-func phaseNames(ways []Result, faults bool) []string {
+// bytesCell is the bytes through the controller during a build, with the artifacts' tar streams
+// among them for a way that carries them.
+func bytesCell(res *Result, build int) string {
+	if len(res.Builds) < build {
+		return "-"
+	}
+	b := res.Builds[build-1]
+	s := mib(b.ControllerBytes)
+	if b.ArtifactBytes != nil {
+		s += " (tar " + mib(*b.ArtifactBytes) + ")"
+	}
+	return s
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
+
+// phaseNames are the phases of build (0: the fault checks) of all ways, in order of first appearance.
+func phaseNames(ways []Result, build int) []string {
 	var names []string
 	seen := map[string]bool{}
 	for _, res := range ways {
 		for _, p := range res.Phases {
-			if p.Fault == faults && !seen[p.Name] {
+			if p.Build == build && !seen[p.Name] {
 				seen[p.Name] = true
 				names = append(names, p.Name)
 			}
@@ -126,9 +156,9 @@ func phaseNames(ways []Result, faults bool) []string {
 	return names
 }
 
-func findPhase(r *Result, name string) *Phase {
+func findPhase(r *Result, build int, name string) *Phase {
 	for i := range r.Phases {
-		if r.Phases[i].Name == name {
+		if r.Phases[i].Build == build && r.Phases[i].Name == name {
 			return &r.Phases[i]
 		}
 	}
