@@ -200,8 +200,11 @@ func (s *volumeStore) holderVolume(name string, m holderMeta) *HolderVolume {
 
 // holderShim is a client of a ready holder, or found false when there is none (nothing is created).
 func (s *volumeStore) holderShim(ctx context.Context) (*shim.Client, bool, error) {
+	// Not the pod's Ready condition: the kit takes a pod as ready once its shim answers, up to a
+	// second before the kubelet says so (k8s.Worker.WaitReady), and a holder just made by
+	// ensureHolder is used at once. A holder that does not serve yet fails Connect: no holder.
 	p := s.pods.Get(s.holder)
-	if p == nil || p.DeletionTimestamp != nil || k8s.ProgressOf(p).Stage != k8s.Ready {
+	if p == nil || p.DeletionTimestamp != nil || p.Status.PodIP == "" || k8s.ProgressOf(p).Stage == k8s.Failed {
 		return nil, false, nil
 	}
 	c, err := s.pods.Connect(ctx, s.holder)
