@@ -23,7 +23,10 @@
 //
 // # Layout
 //
-//   - client.go: Client, request plumbing and the one-request routes.
+//   - client.go: Client, request plumbing and the shim-wide one-request routes (healthz, info,
+//     metrics).
+//   - processes.go: the process routes that are one request each (spawn, status, wait, list,
+//     signal, resize, delete).
 //   - retry.go: the retry loop and its backoff.
 //   - tls.go: TLSSeed, TLSPin, PinnedTLSConfig and NewTLS (PROTOCOL.md 1.1).
 //   - types.go: the JSON bodies of PROTOCOL.md section 4.
