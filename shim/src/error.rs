@@ -169,7 +169,7 @@ impl Error {
             MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
             Unauthorized => ErrorCode::Unauthorized,
             BodyTooLarge(_) => ErrorCode::BodyTooLarge,
-            Files(FilesError::InvalidPath(_)) => ErrorCode::InvalidPath,
+            Files(FilesError::InvalidPath(_) | FilesError::Symlinked(_)) => ErrorCode::InvalidPath,
             Files(FilesError::NotFound(_)) => ErrorCode::FileNotFound,
             Files(FilesError::InvalidTar(_)) => ErrorCode::InvalidTar,
             Files(FilesError::TooLarge(_)) => ErrorCode::BodyTooLarge,

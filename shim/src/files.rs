@@ -27,6 +27,7 @@ mod contents;
 mod guard;
 mod links;
 mod meta;
+mod open;
 mod pack;
 mod remove;
 mod sink;
@@ -34,6 +35,7 @@ mod unpack;
 
 pub use beneath::Resolve;
 pub use guard::Limits;
+pub(crate) use open::{check_no_symlink, open_dir};
 #[cfg(test)]
 pub(crate) use pack::archive;
 pub(crate) use pack::{ArchiveSource, prepare_archive};
@@ -56,6 +58,11 @@ pub enum FilesError {
     /// `file_not_found`.
     #[error("no such file or directory: {0}")]
     NotFound(String),
+    /// A component of the path named by a download or a grant is a symlink: such paths are never
+    /// followed (PROTOCOL.md 4.8). Answered 400 `invalid_path`, or 403 `forbidden` to a grant
+    /// token; the message names the component.
+    #[error("invalid path: {0}")]
+    Symlinked(String),
     /// The tar stream is corrupt or truncated, or an entry was refused: an absolute or `..` path, a
     /// parent that is a symlink, a hard link leaving the directory or going through a symlink, a
     /// device or FIFO, an entry that would replace a non-empty directory. Nothing was written.

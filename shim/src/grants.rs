@@ -2,10 +2,11 @@
 //! that may `GET /v1/files` under one path prefix until it expires or is used up. A grant token
 //! authenticates nothing else: the router answers every other route 403.
 //!
-//! Paths are compared by whole components, first as written (no `..`), then with symlinks resolved
-//! on both the prefix and the requested path, so a symlink inside the granted tree cannot lead out of
-//! it. (A step process that swaps a directory for a symlink between the check and the archive can
-//! race it; the step owns that tree anyway, and the archive never follows symlinks below the top.)
+//! Paths are compared by whole components as written (no `..`). That is the whole check because
+//! a download opens the path it names without following any symlink (`files/open.rs`) and walks
+//! the tree below by descriptor: what it reads is below the grant's path as written, whatever a
+//! process of the pod renames or swaps between this check and the last byte. A symlink in the
+//! grant's own path is refused when the grant is made (such a grant could never be used).
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
@@ -94,6 +95,7 @@ impl Grants {
         let hash = protocol::token::parse_sha256_hex(&req.token_sha256)
             .ok_or_else(|| Error::BadRequest("token_sha256 must be 64 hex digits".into()))?;
         lexical(&req.path)?;
+        crate::files::check_no_symlink(Path::new(&req.path))?;
         if req.ttl_seconds == 0 || req.ttl_seconds > MAX_TTL.as_secs() {
             return Err(Error::BadRequest(format!(
                 "ttl_seconds must be between 1 and {}",
@@ -194,11 +196,6 @@ impl Grants {
         if !want.starts_with(&prefix) {
             return Err(outside());
         }
-        if let (Ok(real_prefix), Some(real)) = (prefix.canonicalize(), resolved(path))
-            && !real.starts_with(&real_prefix)
-        {
-            return Err(outside());
-        }
         let now = Instant::now();
         let mut inner = self.lock();
         let g = inner
@@ -234,20 +231,6 @@ fn lexical(path: &str) -> Result<PathBuf, Error> {
     Ok(p.components().collect())
 }
 
-/// Where `path` (as `GET /v1/files` takes it) resolves to: with a trailing `/` the directory
-/// itself, else its parent resolved and its last name kept. `None` when it does not exist.
-fn resolved(path: &str) -> Option<PathBuf> {
-    let p = Path::new(path);
-    if path.ends_with('/') {
-        return p.canonicalize().ok();
-    }
-    let parent = p.parent()?.canonicalize().ok()?;
-    Some(match p.file_name() {
-        Some(name) => parent.join(name),
-        None => parent,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,25 +255,31 @@ mod tests {
         grants.add(req(&out, "tok-a", Some(2))).unwrap();
         let g = grants.authenticate(b"tok-a").unwrap().unwrap();
         assert!(grants.authenticate(b"tok-b").is_none());
-        for bad in [
-            format!("{out}/../x"),
-            format!("{out}x"),
-            "/etc".into(),
-            format!("{out}/escape/"),
-            format!("{out}/escape/passwd"),
-        ] {
+        for bad in [format!("{out}/../x"), format!("{out}x"), "/etc".into()] {
             assert!(
                 matches!(grants.use_for(&g, &bad), Err(Error::Forbidden(_))),
                 "{bad}"
             );
         }
+        // Below the prefix as written: allowed here; the download then refuses the symlink
+        // (`files/open.rs`), whatever it points at.
         grants.use_for(&g, &format!("{out}/sub/")).unwrap();
-        grants.use_for(&g, &format!("{out}/escape")).unwrap();
+        grants.use_for(&g, &format!("{out}/escape/passwd")).unwrap();
         assert!(matches!(
             grants.use_for(&g, &format!("{out}/sub")),
             Err(Error::GrantInvalid(_))
         ));
         assert!(matches!(grants.authenticate(b"tok-a"), Some(Err(_))));
+        // A grant through a symlink could never be used: refused when made.
+        for through in [format!("{out}/escape"), format!("{out}/escape/ssl")] {
+            assert!(
+                matches!(
+                    grants.add(req(&through, "tok-e", None)),
+                    Err(Error::Files(crate::files::FilesError::Symlinked(_)))
+                ),
+                "{through}"
+            );
+        }
         grants.add(req(&out, "tok-b", None)).unwrap();
         grants.add(req(&out, "tok-c", None)).unwrap();
         assert!(matches!(

@@ -14,7 +14,7 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -22,7 +22,7 @@ use bytes::Bytes;
 use protocol::registry::Reference;
 use sha2::Digest;
 
-use crate::files::{ArchiveSource, Validator};
+use crate::files::{ArchiveSource, FilesError, Validator};
 use crate::sys::fs as sysfs;
 
 /// Why an image request found nothing to serve; each maps to one OCI error code.
@@ -40,6 +40,9 @@ pub(crate) enum ImageError {
     /// The image directory holds something unusable (a broken `index.json`, `metadata.json`).
     #[error("{0}")]
     Invalid(String),
+    /// The path to the image directory, or its `rootfs`, goes through a symlink: never followed.
+    #[error("{0}")]
+    Denied(String),
     /// The file system failed.
     #[error("{context}: {source}")]
     Io {
@@ -197,18 +200,16 @@ impl Images {
     }
 }
 
-/// Opens the image directory `dir` and says which format it holds.
+/// Opens the image directory `dir` (without following a symlink on the way: the grant was checked
+/// against the path as written) and says which format it holds.
 fn format(dir: &Path) -> Result<Format, ImageError> {
     let unknown = |why: &str| ImageError::NameUnknown(format!("{}: {why}", dir.display()));
-    let fd: OwnedFd = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY)
-        .open(dir)
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => unknown("no such directory"),
-            _ => unknown("not a directory"),
-        })?
-        .into();
+    let fd = crate::files::open_dir(dir).map_err(|e| match e {
+        FilesError::NotFound(_) => unknown("no such directory"),
+        FilesError::Symlinked(m) => ImageError::Denied(m),
+        FilesError::Io { context, source } => ImageError::Io { context, source },
+        other => unknown(&other.to_string()),
+    })?;
     let kind = |name: &str| {
         sysfs::stat_at(fd.as_fd(), OsStr::new(name))
             .map(|s| s.kind)

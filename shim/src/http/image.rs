@@ -241,6 +241,7 @@ fn image_refusal(e: ImageError, blob: bool) -> Refusal {
         ImageError::BlobUnknown(m) => not_found("BLOB_UNKNOWN", m),
         ImageError::Invalid(m) if blob => not_found("BLOB_UNKNOWN", m),
         ImageError::Invalid(m) => not_found("MANIFEST_UNKNOWN", m),
+        ImageError::Denied(m) => Refusal::denied(m),
         e @ ImageError::Io { .. } => {
             crate::warn!(cause = %e, "image request failed");
             Refusal(StatusCode::INTERNAL_SERVER_ERROR, "UNKNOWN", e.to_string())

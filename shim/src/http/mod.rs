@@ -309,7 +309,14 @@ async fn route_to(
             only(Method::POST, "POST")?;
             process::resize(app, id, req).await
         }
-        Route::Files => files::handle(req, q, app.same_owner, granted_slot, &app.files).await,
+        Route::Files => {
+            let granted = granted_slot.is_some();
+            let answer = files::handle(req, q, app.same_owner, granted_slot, &app.files).await;
+            match answer {
+                Err(e @ Error::Forbidden(_)) if granted => Err(app.grants.refuse(e)),
+                answer => answer,
+            }
+        }
         Route::Grants => artifacts::grants(app, req).await,
         Route::Grant(id) => {
             only(Method::DELETE, "DELETE")?;

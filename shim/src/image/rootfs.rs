@@ -5,6 +5,7 @@
 //! the tree's ETag and the metadata's hash, and a layer is only served while the tree still has
 //! the ETag it was hashed with (the archive is cut before its end if the tree changes midway).
 
+use std::ffi::OsStr;
 use std::io::{self, Write};
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ use protocol::registry::{
 use sha2::Digest;
 
 use super::{Content, Found, ImageError, bytes_found, read_small, sha256};
-use crate::files::{ArchiveSource, FilesError, Validator, prepare_archive};
+use crate::files::{ArchiveSource, FilesError, Validator};
 
 /// The architecture of the images this shim makes: its own.
 const ARCH: &str = match std::env::consts::ARCH.as_bytes() {
@@ -45,7 +46,7 @@ impl State {
                 .map_err(|e| ImageError::Invalid(format!("metadata.json: {e}")))?,
             None => Metadata::default(),
         };
-        let (source, validator) = archive(dir)?;
+        let (source, validator) = archive(dir, fd)?;
         Ok(State {
             dir: dir.to_path_buf(),
             meta,
@@ -56,21 +57,18 @@ impl State {
     }
 }
 
-/// The archive of `dir/rootfs/` and its validator.
-fn archive(dir: &Path) -> Result<(ArchiveSource, Validator), ImageError> {
-    let source = source(dir)?;
+/// The archive of `dir/rootfs/` (`dir` open as `fd`) and its validator.
+fn archive(dir: &Path, fd: BorrowedFd<'_>) -> Result<(ArchiveSource, Validator), ImageError> {
+    let source = ArchiveSource::contents_of(fd, OsStr::new("rootfs"), dir.join("rootfs"))
+        .map_err(files_error)?;
     let validator = source.validator().map_err(files_error)?;
     Ok((source, validator))
-}
-
-/// The archive of `dir/rootfs/`, looked up without walking the tree.
-fn source(dir: &Path) -> Result<ArchiveSource, ImageError> {
-    prepare_archive(&format!("{}/rootfs/", dir.display())).map_err(files_error)
 }
 
 fn files_error(e: FilesError) -> ImageError {
     match e {
         FilesError::NotFound(p) => ImageError::NameUnknown(format!("{p} is gone")),
+        FilesError::Symlinked(m) => ImageError::Denied(m),
         FilesError::Io { context, source } => ImageError::Io { context, source },
         other => ImageError::Invalid(other.to_string()),
     }
@@ -97,9 +95,9 @@ impl Built {
 
     /// Hashes the layer of `now` (the whole tree is read) and writes the config and manifest.
     pub(super) fn hash(now: &State) -> Result<Built, ImageError> {
-        // A source of its own (writing consumes one); `now.validator` still says which tree it
-        // must be, so the tree is not walked again for it.
-        let source = source(&now.dir)?;
+        // A source of its own (writing consumes one) of the same opened tree; `now.validator`
+        // still says which tree it must be, so the tree is not walked again for it.
+        let source = now.source.try_clone().map_err(files_error)?;
         let mut hasher = Hasher(sha2::Sha256::new(), 0);
         source
             .write_from(&mut hasher, 0, Some(&now.validator))

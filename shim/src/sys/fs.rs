@@ -187,7 +187,8 @@ pub(crate) enum Kind {
     Other,
 }
 
-/// The metadata of a name, not following a symlink.
+/// The metadata of a name, not following a symlink: what an archive header and its validator
+/// need (PROTOCOL.md 4.8.1), read by `fstatat` relative to a directory fd, never by path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Stat {
     /// Its kind.
@@ -198,6 +199,41 @@ pub(crate) struct Stat {
     pub(crate) uid: u32,
     /// Group.
     pub(crate) gid: u32,
+    /// Bytes (a regular file's length, a symlink's target's).
+    pub(crate) size: u64,
+    /// Device and inode: what identifies the file while it exists.
+    pub(crate) dev: u64,
+    /// See `dev`.
+    pub(crate) ino: u64,
+    /// Hard links.
+    pub(crate) nlink: u64,
+    /// Modification time: seconds and nanoseconds.
+    pub(crate) mtime: (i64, i64),
+    /// Change time (moved by any write or metadata change): seconds and nanoseconds.
+    pub(crate) ctime: (i64, i64),
+}
+
+impl Stat {
+    fn of(st: &libc::stat) -> Stat {
+        let kind = match st.st_mode & libc::S_IFMT {
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFREG => Kind::File,
+            libc::S_IFLNK => Kind::Symlink,
+            _ => Kind::Other,
+        };
+        Stat {
+            kind,
+            mode: st.st_mode & 0o7777,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            size: st.st_size as u64,
+            dev: st.st_dev,
+            ino: st.st_ino,
+            nlink: st.st_nlink as u64,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+        }
+    }
 }
 
 /// `fstatat(AT_SYMLINK_NOFOLLOW)` of `name` in `parent`.
@@ -214,19 +250,36 @@ pub(crate) fn stat_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<Stat> 
         )
     })?;
     // SAFETY: fstatat succeeded, so it filled the struct.
-    let st = unsafe { st.assume_init() };
-    let kind = match st.st_mode & libc::S_IFMT {
-        libc::S_IFDIR => Kind::Dir,
-        libc::S_IFREG => Kind::File,
-        libc::S_IFLNK => Kind::Symlink,
-        _ => Kind::Other,
+    Ok(Stat::of(&unsafe { st.assume_init() }))
+}
+
+/// `fstat` of an open file or directory.
+pub(crate) fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<Stat> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a valid fd and out-pointer; `st` is read only on success.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: fstat succeeded, so it filled the struct.
+    Ok(Stat::of(&unsafe { st.assume_init() }))
+}
+
+/// The target of the symlink `name` in `parent`, as stored (at most `PATH_MAX` bytes).
+pub(crate) fn read_link_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<OsString> {
+    let name = c(name)?;
+    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+    // SAFETY: a valid fd and C string; the kernel writes at most `buf.len()` bytes into `buf`.
+    let n = unsafe {
+        libc::readlinkat(
+            parent.as_raw_fd(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
     };
-    Ok(Stat {
-        kind,
-        mode: st.st_mode & 0o7777,
-        uid: st.st_uid,
-        gid: st.st_gid,
-    })
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(n as usize);
+    Ok(OsString::from_vec(buf))
 }
 
 /// Changes the owner of `name` in `parent` itself (a symlink's own owner, not its target's).
