@@ -35,7 +35,7 @@ mod unpack;
 
 pub use beneath::Resolve;
 pub use guard::Limits;
-pub(crate) use open::{check_no_symlink, open_dir};
+pub(crate) use open::{check_no_symlink, make_dirs, open_dir};
 #[cfg(test)]
 pub(crate) use pack::archive;
 pub(crate) use pack::{ArchiveSource, prepare_archive};

@@ -159,7 +159,7 @@ async fn prepare(spec: &SpawnRequest) -> Result<Option<sys::Credentials>, Error>
             None => None,
         };
         if let Some(dir) = &dir {
-            std::fs::create_dir_all(dir).map_err(|e| {
+            crate::files::make_dirs(Path::new(dir)).map_err(|e| {
                 Error::InvalidSpawn(format!("cannot create working directory {dir:?}: {e}"))
             })?;
         }

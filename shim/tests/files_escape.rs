@@ -6,7 +6,7 @@
 //! now read `secret/shadow`. Checked on every way out of the shim: `GET /v1/files` with the pod's
 //! token and with a grant's, a `rootfs/` image layer from `/v2/`, and a shim-to-shim pull.
 //! Whatever each returns must not hold the secret. A symlink in the path a download or grant names
-//! is refused outright.
+//! is refused outright, and a spawn's working directory is never created through one.
 #![allow(clippy::unwrap_used)] // tests fail loudly by design
 
 mod common;
@@ -350,6 +350,33 @@ async fn a_symlink_in_a_download_or_grant_path_is_refused() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(protocol::ErrorCode::InvalidPath), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_working_directory_is_never_created_through_a_symlink() {
+    if !root() {
+        return;
+    }
+    let shim = Shim::start();
+    let scene = Scene::new("escape-cwd", "t");
+    let (t, s) = (scene.tree.display(), scene.secret.display());
+    let mut plant = test_support::sh(&format!("ln -s {s} {t}/w"));
+    plant.user = Some(format!("{STEP}:{STEP}"));
+    let ran = test_support::run(&shim.client, "plant", &plant).await;
+    assert_eq!(ran.exit.unwrap().code, Some(0), "{ran:?}");
+    // The controller's next process works in a directory below the step's tree.
+    let mut spec = test_support::sh("pwd");
+    spec.dir = Some(format!("{t}/w/made"));
+    let err = shim.client.spawn("cwd", &spec).await.unwrap_err();
+    assert_eq!(err.code(), Some(protocol::ErrorCode::InvalidSpawn), "{err}");
+    assert!(
+        !scene.secret.join("made").exists(),
+        "the shim created a directory through the step's symlink"
+    );
+    // A directory that exists is entered as before, through a symlink or not.
+    spec.dir = Some(format!("{t}/sub"));
+    let ran = test_support::run(&shim.client, "cwd-ok", &spec).await;
+    assert_eq!(ran.exit.unwrap().code, Some(0), "{ran:?}");
 }
 
 /// Every regular file below `root`, symlinks not followed.

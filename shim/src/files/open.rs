@@ -30,6 +30,25 @@ pub(crate) fn open_dir(path: &Path) -> Result<OwnedFd, FilesError> {
     open_components(path, &comps)
 }
 
+/// Creates the directory `path` and its missing parents (mode 0755, the shim's owner), never
+/// through a symlink: a spawn's working directory, which the shim creates before the process
+/// runs, so a step that planted a symlink on the way cannot make it create directories elsewhere.
+/// A path that exists already (symlinks followed: the process enters it as its own user) needs
+/// nothing; a relative path is taken from the shim's working directory.
+pub(crate) fn make_dirs(path: &Path) -> Result<(), FilesError> {
+    if path.is_dir() {
+        return Ok(());
+    }
+    let comps = request_components(path)?;
+    let start = if path.is_absolute() { "/" } else { "." };
+    let at = sysfs::open_dir_path(start).map_err(|e| FilesError::io("opening", path, e))?;
+    let refs: Vec<&OsStr> = comps.iter().map(OsString::as_os_str).collect();
+    match open_dirs(at.as_fd(), &refs, Missing::Create(None), Resolve::Walk) {
+        Ok(_) => Ok(()),
+        Err(b) => Err(blocked(path, &refs, b)),
+    }
+}
+
 /// Whether some existing component of `path` is a symlink (a missing one ends the check): a grant
 /// on such a path could never be used, so it is refused when made.
 pub(crate) fn check_no_symlink(path: &Path) -> Result<(), FilesError> {
@@ -55,18 +74,23 @@ pub(crate) fn symlinked(path: &Path, at: &Path) -> FilesError {
 fn open_components(path: &Path, comps: &[OsString]) -> Result<OwnedFd, FilesError> {
     let root = sysfs::open_root().map_err(|e| FilesError::io("opening /", path, e))?;
     let refs: Vec<&OsStr> = comps.iter().map(OsString::as_os_str).collect();
-    open_dirs(root.as_fd(), &refs, Missing::Refuse, Resolve::Auto).map_err(|b| {
-        let upto = |i: usize| -> std::path::PathBuf {
-            std::iter::once(OsStr::new("/"))
-                .chain(refs[..=i].iter().copied())
-                .collect()
-        };
-        match b {
-            Blocked::Symlink(i) => symlinked(path, &upto(i)),
-            Blocked::Missing(_) | Blocked::NotDir(_) => {
-                FilesError::NotFound(path.display().to_string())
-            }
-            Blocked::Io(e) => FilesError::io("opening", path, e),
+    open_dirs(root.as_fd(), &refs, Missing::Refuse, Resolve::Auto)
+        .map_err(|b| blocked(path, &refs, b))
+}
+
+/// The error for `path` (as `refs`) blocked by `b`.
+fn blocked(path: &Path, refs: &[&OsStr], b: Blocked) -> FilesError {
+    let upto = |i: usize| -> std::path::PathBuf {
+        let start = if path.is_absolute() { "/" } else { "" };
+        std::iter::once(OsStr::new(start))
+            .chain(refs[..=i].iter().copied())
+            .collect()
+    };
+    match b {
+        Blocked::Symlink(i) => symlinked(path, &upto(i)),
+        Blocked::Missing(_) | Blocked::NotDir(_) => {
+            FilesError::NotFound(path.display().to_string())
         }
-    })
+        Blocked::Io(e) => FilesError::io("opening", path, e),
+    }
 }

@@ -33,7 +33,7 @@ use sha2::Digest;
 use tar::{EntryType, Header};
 
 use super::open::{open_dir, open_parent};
-use super::sink::{Sink, Validator, padding};
+use super::sink::{Sink, Validator, fill, header, padding};
 use super::unpack::MAX_DEPTH;
 use super::{FilesError, check_request_path};
 use crate::sys::fs::{self as sysfs, Kind, Stat};
@@ -389,23 +389,4 @@ impl<'w> Packer<'w> {
         self.sink.emit(value, true)?;
         self.sink.emit(&vec![0u8; 1 + padding(size) as usize], true)
     }
-}
-
-/// A header of type `kind` with the permissions, owner and mtime of `st`, size `size`.
-fn header(kind: EntryType, st: &Stat, size: u64) -> Header {
-    let mut header = Header::new_gnu();
-    header.set_entry_type(kind);
-    header.set_mode(st.mode);
-    header.set_uid(st.uid.into());
-    header.set_gid(st.gid.into());
-    header.set_mtime(u64::try_from(st.mtime.0).unwrap_or(0));
-    header.set_size(size);
-    header
-}
-
-/// Copies `value` into a header field, truncated to it and padded with NULs.
-fn fill(field: &mut [u8], value: &[u8]) {
-    let n = value.len().min(field.len());
-    field[..n].copy_from_slice(&value[..n]);
-    field[n..].fill(0);
 }

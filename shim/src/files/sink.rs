@@ -1,11 +1,15 @@
 //! The byte stream of an archive (`files/pack.rs`): counts every byte, writes only those at or past
 //! the offset a request resumes from, reads a file's contents from where that offset falls in it,
-//! and hashes everything but file contents into the tree's [`Validator`] (PROTOCOL.md 4.8.1).
+//! and hashes everything but file contents into the tree's [`Validator`] (PROTOCOL.md 4.8.1); the
+//! GNU header of an entry is filled here too.
 
 use std::fs::File;
 use std::io::{self, ErrorKind, Read, Seek, SeekFrom, Write};
 
 use sha2::{Digest, Sha256};
+use tar::{EntryType, Header};
+
+use crate::sys::fs::Stat;
 
 use super::FilesError;
 
@@ -165,4 +169,23 @@ impl<R: Read> Read for Exact<R> {
         self.left -= n as u64;
         Ok(n)
     }
+}
+
+/// A header of type `kind` with the permissions, owner and mtime of `st`, size `size`.
+pub(super) fn header(kind: EntryType, st: &Stat, size: u64) -> Header {
+    let mut header = Header::new_gnu();
+    header.set_entry_type(kind);
+    header.set_mode(st.mode);
+    header.set_uid(st.uid.into());
+    header.set_gid(st.gid.into());
+    header.set_mtime(u64::try_from(st.mtime.0).unwrap_or(0));
+    header.set_size(size);
+    header
+}
+
+/// Copies `value` into a header field, truncated to it and padded with NULs.
+pub(super) fn fill(field: &mut [u8], value: &[u8]) {
+    let n = value.len().min(field.len());
+    field[..n].copy_from_slice(&value[..n]);
+    field[n..].fill(0);
 }

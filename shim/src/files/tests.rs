@@ -22,6 +22,7 @@ mod attacks;
 mod resume;
 mod shrinking;
 mod staging;
+mod walk;
 
 /// A scratch directory, removed on drop.
 pub(super) struct Scratch(pub PathBuf);

@@ -2,7 +2,7 @@
 //! every name handed to these functions is one path component (or, for [`open_dir_beneath`], a
 //! relative path resolved by the kernel without leaving the directory and without symlinks), and
 //! none of them follows a symlink at the last component. Nothing here takes an absolute path
-//! except [`open_root`].
+//! except [`open_root`] and [`open_dir_path`] (`/` or `.`).
 #![allow(unsafe_code)]
 
 use std::ffi::{CString, OsStr, OsString};
@@ -33,8 +33,14 @@ fn owned(fd: libc::c_long) -> io::Result<OwnedFd> {
 
 /// Opens an absolute directory path the ordinary way (symlinks followed): only `/` is opened so.
 pub(crate) fn open_root() -> io::Result<OwnedFd> {
+    open_dir_path("/")
+}
+
+/// Opens `/` or `.` (the shim's working directory) as the start of a walk.
+pub(crate) fn open_dir_path(start: &'static str) -> io::Result<OwnedFd> {
+    let start = c(OsStr::new(start))?;
     // SAFETY: a valid C string and flags; the result is checked.
-    owned(unsafe { libc::open(c"/".as_ptr(), DIR_FLAGS) }.into())
+    owned(unsafe { libc::open(start.as_ptr(), DIR_FLAGS) }.into())
 }
 
 /// Opens the directory `name` in `parent`, refusing a symlink or any other non-directory

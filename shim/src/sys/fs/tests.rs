@@ -189,6 +189,30 @@ fn stat_at_does_not_follow_and_lchown_at_changes_the_link_itself() {
 }
 
 #[test]
+fn stat_fd_and_read_link_at_read_through_descriptors() {
+    let s = Scratch::new("statfd");
+    let d = s.dir();
+    let dir = stat_fd(d.as_fd()).unwrap();
+    let by_path = std::fs::metadata(s.0.join("dir")).unwrap();
+    assert_eq!(
+        (dir.kind, dir.ino, dir.dev),
+        (Kind::Dir, by_path.ino(), by_path.dev())
+    );
+    assert_eq!(dir.ctime, (by_path.ctime(), by_path.ctime_nsec()));
+    let f = stat_at(d.as_fd(), os("file")).unwrap();
+    let file = open_file_at(d.as_fd(), os("file")).unwrap();
+    let opened = stat_fd(file.as_fd()).unwrap();
+    assert_eq!((opened.ino, opened.size, opened.nlink), (f.ino, f.size, 1));
+    let target = std::fs::read_link(s.0.join("dir/link")).unwrap();
+    assert_eq!(
+        read_link_at(d.as_fd(), os("link")).unwrap(),
+        target.as_os_str()
+    );
+    assert_eq!(errno(read_link_at(d.as_fd(), os("file"))), libc::EINVAL);
+    assert_eq!(errno(open_file_at(d.as_fd(), os("link"))), libc::ELOOP);
+}
+
+#[test]
 fn set_mtime_at_changes_the_link_itself() {
     let s = Scratch::new("mtime");
     let d = s.dir();
