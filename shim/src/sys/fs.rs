@@ -220,6 +220,10 @@ pub(crate) struct Stat {
 }
 
 impl Stat {
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "nlink_t is 64 bits on x86_64, 32 on aarch64"
+    )]
     fn of(st: &libc::stat) -> Stat {
         let kind = match st.st_mode & libc::S_IFMT {
             libc::S_IFDIR => Kind::Dir,
