@@ -43,6 +43,8 @@ pub struct Config {
     /// Open connections at once; beyond it the oldest connection without a valid token is closed,
     /// or, if every connection has presented one, the new connection is.
     pub(crate) max_connections: usize,
+    /// Of those, connections authenticated by a grant token (and not the pod's) at once.
+    pub(crate) grant_max_connections: usize,
     /// Descriptors of the open-file limit kept out of `max_connections` (see `boot`).
     pub(crate) fd_reserve: u64,
     /// Bytes of a request's line and headers together.
@@ -179,6 +181,7 @@ impl Config {
             max_processes: v.ranged(S::MAX_PROCESSES, 1, 1 << 20)? as usize,
             max_spec_bytes: v.ranged(S::MAX_SPEC_BYTES, 1024, 1 << 20)? as usize,
             max_connections: v.ranged(S::MAX_CONNECTIONS, 4, 1 << 20)? as usize,
+            grant_max_connections: v.ranged(S::GRANT_MAX_CONNECTIONS, 1, 1 << 20)? as usize,
             fd_reserve: v.ranged(S::FD_RESERVE, 0, 1 << 30)? as u64,
             max_header_bytes: v.ranged(S::MAX_HEADER_BYTES, 8 << 10, 1 << 20)? as usize,
             auth_timeout: v.secs(S::AUTH_TIMEOUT_SECONDS, tiny)?,

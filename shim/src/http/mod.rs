@@ -14,7 +14,6 @@ mod process;
 mod properties;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::{debug, warn};
@@ -37,6 +36,8 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 pub(crate) struct Limits {
     /// Connections open at once (see [`conns`]).
     pub(crate) max_connections: usize,
+    /// Of those, connections authenticated by a grant token.
+    pub(crate) grant_max_connections: usize,
     /// Bytes of a request line and headers together.
     pub(crate) max_header_bytes: usize,
     /// How long a connection may stay open without a request that passed authentication.
@@ -47,6 +48,7 @@ impl From<&crate::Config> for Limits {
     fn from(c: &crate::Config) -> Self {
         Limits {
             max_connections: c.max_connections,
+            grant_max_connections: c.grant_max_connections,
             max_header_bytes: c.max_header_bytes,
             auth_timeout: c.auth_timeout,
         }
@@ -100,7 +102,7 @@ impl App {
             boot_id,
             same_owner,
             limits,
-            conns: conns::Conns::new(limits.max_connections),
+            conns: conns::Conns::new(limits.max_connections, limits.grant_max_connections),
             files: files::Transfers::new(config.files),
             grants: crate::grants::Grants::new(config.artifacts.max_grants),
             pulls: crate::pull::Pulls::new(pull_settings(
@@ -170,13 +172,13 @@ pub(crate) async fn serve(
 pub(crate) async fn handle(
     app: Arc<App>,
     req: Request<Incoming>,
-    authed: &AtomicBool,
+    conn: &conns::Slot,
 ) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let route = Route::parse(&path);
     let label = route.as_ref().map_or("unknown", Route::label);
     let has_body = !http_body::Body::is_end_stream(req.body());
-    let mut response = match dispatch(&app, route, req, authed).await {
+    let mut response = match dispatch(&app, route, req, conn).await {
         Ok(r) => r,
         Err(e) => {
             if let Error::Internal { context, source } = &e {
@@ -202,7 +204,7 @@ async fn dispatch(
     app: &Arc<App>,
     route: Result<Route<'_>, RouteError>,
     req: Request<Incoming>,
-    authed: &AtomicBool,
+    conn: &conns::Slot,
 ) -> Result<Response<Body>, Error> {
     if matches!(route, Ok(Route::Healthz)) {
         // The one open route, and only for GET: every other method is refused the same way
@@ -214,10 +216,10 @@ async fn dispatch(
         };
     }
     if matches!(route, Ok(Route::Registry)) {
-        return Ok(image::handle(app, req, authed).await);
+        return Ok(image::handle(app, req, conn).await);
     }
     let granted = authenticate(app, &req)?;
-    authed.store(true, Ordering::Release);
+    app.conns.authenticated(conn, granted.is_some())?;
     if granted.is_some() && route.is_err() {
         return Err(app.grants.refuse(Error::Forbidden(
             "a grant token may only GET /v1/files".into(),
