@@ -43,8 +43,6 @@ pub struct Config {
     /// Open connections at once; beyond it the oldest connection without a valid token is closed,
     /// or, if every connection has presented one, the new connection is.
     pub(crate) max_connections: usize,
-    /// Of those, connections authenticated by a grant token (and not the pod's) at once.
-    pub(crate) grant_max_connections: usize,
     /// Descriptors of the open-file limit kept out of `max_connections` (see `boot`).
     pub(crate) fd_reserve: u64,
     /// Bytes of a request's line and headers together.
@@ -71,6 +69,9 @@ pub(crate) struct ArtifactsSettings {
     /// Retries (attempts after the first) in a row without progress before a pull fails
     /// (`STEPSHIM_PULL_RETRIES`).
     pub(crate) pull_retries: u32,
+    /// Connections authenticated by grant tokens (and not the pod's) at once, all grants together
+    /// (`STEPSHIM_GRANT_MAX_CONNECTIONS`; a `u32` fills the padding after `pull_retries`).
+    pub(crate) max_connections: u32,
 }
 
 /// Caps of file transfers (PROTOCOL.md 4.8 and 7).
@@ -181,7 +182,6 @@ impl Config {
             max_processes: v.ranged(S::MAX_PROCESSES, 1, 1 << 20)? as usize,
             max_spec_bytes: v.ranged(S::MAX_SPEC_BYTES, 1024, 1 << 20)? as usize,
             max_connections: v.ranged(S::MAX_CONNECTIONS, 4, 1 << 20)? as usize,
-            grant_max_connections: v.ranged(S::GRANT_MAX_CONNECTIONS, 1, 1 << 20)? as usize,
             fd_reserve: v.ranged(S::FD_RESERVE, 0, 1 << 30)? as u64,
             max_header_bytes: v.ranged(S::MAX_HEADER_BYTES, 8 << 10, 1 << 20)? as usize,
             auth_timeout: v.secs(S::AUTH_TIMEOUT_SECONDS, tiny)?,
@@ -214,6 +214,7 @@ impl Config {
                 max_grants: v.ranged(S::MAX_GRANTS, 1, 1 << 16)? as usize,
                 max_pulls: v.ranged(S::MAX_PULLS, 1, 1024)? as usize,
                 pull_retries: v.ranged(S::PULL_RETRIES, 0, 1000)? as u32,
+                max_connections: v.ranged(S::GRANT_MAX_CONNECTIONS, 1, 1 << 20)? as u32,
             },
             properties: crate::properties::Limits {
                 max_count: v.ranged(S::PROPERTIES_MAX_COUNT, 1, 1 << 16)? as usize,

@@ -20,7 +20,6 @@ fn defaults_need_a_token() {
     assert!(c.token_sha256.is_none());
     assert_eq!(c.grace, Duration::from_secs(10));
     assert_eq!((c.max_processes, c.max_connections), (4096, 1024));
-    assert_eq!(c.grant_max_connections, 256);
     assert_eq!(c.fd_reserve, 1024);
     assert_eq!(
         (c.max_spec_bytes, c.max_header_bytes),
@@ -67,6 +66,7 @@ fn defaults_need_a_token() {
         max_grants: 64,
         max_pulls: 8,
         pull_retries: 8,
+        max_connections: 256,
     };
     assert_eq!(c.artifacts, artifacts);
 }

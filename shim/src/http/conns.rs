@@ -15,7 +15,9 @@
 //! let anyone cut grant holders' pulls. Instead, since grant connections fill at most the share,
 //! a newcomer at the cap always finds a new connection to evict unless the pod's own connections
 //! fill the rest: the pod's token always gets a connection, and no connection that authenticated
-//! is ever closed for another.
+//! is ever closed for another. The default share, 256 of 1,024, is 4 connections for each of the
+//! 64 live grants `STEPSHIM_MAX_GRANTS` allows (containerd downloads 3 layers at once by default),
+//! and leaves three quarters of the cap to the pod's token and to new connections.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -23,7 +25,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
-use crate::error::Error;
+/// Why a grant request is refused when the grants' share of connections is full.
+pub(crate) const FULL: &str =
+    "the grant tokens' share of connections is taken (STEPSHIM_GRANT_MAX_CONNECTIONS); retry later";
 
 /// What a connection has shown, in [`Slot::shown`]: it only moves up.
 const NEW: u8 = 0;
@@ -132,26 +136,20 @@ impl Conns {
 
     /// Records that a request on `slot`'s connection passed authentication, with a grant token
     /// (`grant`) or the pod's. A grant request on a new connection takes a place in the grant
-    /// share; when the share is full it is refused (503 `unavailable` / 429) and the connection
-    /// stays new.
-    pub(crate) fn authenticated(&self, slot: &Slot, grant: bool) -> Result<(), Error> {
+    /// share; when the share is full it is not recorded (`false`: the caller refuses the request
+    /// with [`FULL`]) and the connection stays new.
+    pub(crate) fn authenticated(&self, slot: &Slot, grant: bool) -> bool {
         let mut open = self.lock();
         let was = slot.shown.load(Ordering::Acquire);
         match (was, grant) {
-            (NEW, true) if open.grants >= self.grant_max => {
-                return Err(Error::Unavailable(format!(
-                    "{} connections of grant tokens are already open ({}); retry later",
-                    self.grant_max,
-                    protocol::settings::GRANT_MAX_CONNECTIONS
-                )));
-            }
+            (NEW, true) if open.grants >= self.grant_max => return false,
             (NEW, true) => open.grants += 1,
             (GRANT, false) => open.grants -= 1,
             _ => {}
         }
         let now = if grant { GRANT } else { POD };
         slot.shown.store(was.max(now), Ordering::Release);
-        Ok(())
+        true
     }
 }
 
@@ -172,8 +170,8 @@ mod tests {
         let b = conns.admit().unwrap();
         let g = conns.admit().unwrap();
         let d = conns.admit().unwrap();
-        conns.authenticated(&a.slot, false).unwrap();
-        conns.authenticated(&g.slot, true).unwrap();
+        assert!(conns.authenticated(&a.slot, false));
+        assert!(conns.authenticated(&g.slot, true));
         let c = conns.admit().unwrap();
         assert_eq!(conns.len(), 4);
         assert!(evicted(&b), "b is the oldest new connection");
@@ -183,8 +181,8 @@ mod tests {
             evicted(&d),
             "then d: a pod or grant connection is never evicted"
         );
-        conns.authenticated(&c.slot, false).unwrap();
-        conns.authenticated(&e.slot, false).unwrap();
+        assert!(conns.authenticated(&c.slot, false));
+        assert!(conns.authenticated(&e.slot, false));
         assert!(
             conns.admit().is_none(),
             "all authenticated: the newcomer is refused"
@@ -199,22 +197,22 @@ mod tests {
         let t: Vec<_> = (0..8).map(|_| conns.admit().unwrap()).collect();
         for (i, x) in t.iter().enumerate() {
             let r = conns.authenticated(&x.slot, true);
-            assert_eq!(r.is_ok(), i < 4, "the share is half the cap: {i}");
+            assert_eq!(r, i < 4, "the share is half the cap: {i}");
         }
         assert!(!t[4].slot.authed(), "a refused grant connection stays new");
         // The pod's token gets a connection: a newcomer evicts the oldest refused one.
         let pod = conns.admit().unwrap();
         assert!(evicted(&t[4]));
-        conns.authenticated(&pod.slot, false).unwrap();
+        assert!(conns.authenticated(&pod.slot, false));
         // Grant, then pod on one connection: its place in the share is free again.
-        conns.authenticated(&t[0].slot, false).unwrap();
-        conns.authenticated(&t[0].slot, true).unwrap();
-        conns.authenticated(&t[5].slot, true).unwrap();
-        assert!(conns.authenticated(&t[6].slot, true).is_err());
+        assert!(conns.authenticated(&t[0].slot, false));
+        assert!(conns.authenticated(&t[0].slot, true));
+        assert!(conns.authenticated(&t[5].slot, true));
+        assert!(!conns.authenticated(&t[6].slot, true));
         // A closed grant connection frees its place too.
         let mut t = t;
         drop(t.remove(1));
-        conns.authenticated(&t[5].slot, true).unwrap();
+        assert!(conns.authenticated(&t[5].slot, true));
         assert_eq!(conns.lock().grants, 4);
     }
 }

@@ -96,14 +96,14 @@ async fn serve(
     head: bool,
 ) -> Result<Response<Body>, Refusal> {
     let granted = grant(app, req)?;
-    let full = |e: crate::error::Error| {
-        Refusal(
+    if !app.conns.authenticated(conn, true) {
+        let full = super::conns::FULL.into();
+        return Err(Refusal(
             StatusCode::TOO_MANY_REQUESTS,
             "TOOMANYREQUESTS",
-            e.to_string(),
-        )
-    };
-    app.conns.authenticated(conn, true).map_err(full)?;
+            full,
+        ));
+    }
     if !head && req.method() != Method::GET {
         return Err(Refusal(
             StatusCode::METHOD_NOT_ALLOWED,

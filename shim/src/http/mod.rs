@@ -36,8 +36,6 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 pub(crate) struct Limits {
     /// Connections open at once (see [`conns`]).
     pub(crate) max_connections: usize,
-    /// Of those, connections authenticated by a grant token.
-    pub(crate) grant_max_connections: usize,
     /// Bytes of a request line and headers together.
     pub(crate) max_header_bytes: usize,
     /// How long a connection may stay open without a request that passed authentication.
@@ -48,7 +46,6 @@ impl From<&crate::Config> for Limits {
     fn from(c: &crate::Config) -> Self {
         Limits {
             max_connections: c.max_connections,
-            grant_max_connections: c.grant_max_connections,
             max_header_bytes: c.max_header_bytes,
             auth_timeout: c.auth_timeout,
         }
@@ -102,7 +99,10 @@ impl App {
             boot_id,
             same_owner,
             limits,
-            conns: conns::Conns::new(limits.max_connections, limits.grant_max_connections),
+            conns: conns::Conns::new(
+                limits.max_connections,
+                config.artifacts.max_connections as usize,
+            ),
             files: files::Transfers::new(config.files),
             grants: crate::grants::Grants::new(config.artifacts.max_grants),
             pulls: crate::pull::Pulls::new(pull_settings(
@@ -219,7 +219,9 @@ async fn dispatch(
         return Ok(image::handle(app, req, conn).await);
     }
     let granted = authenticate(app, &req)?;
-    app.conns.authenticated(conn, granted.is_some())?;
+    if !app.conns.authenticated(conn, granted.is_some()) {
+        return Err(Error::Unavailable(conns::FULL.into()));
+    }
     if granted.is_some() && route.is_err() {
         return Err(app.grants.refuse(Error::Forbidden(
             "a grant token may only GET /v1/files".into(),
