@@ -59,6 +59,9 @@ settings! {
     MAX_SPEC_BYTES = "STEPSHIM_MAX_SPEC_BYTES", "--max-spec-bytes", "262144";
     /// Connections open at once.
     MAX_CONNECTIONS = "STEPSHIM_MAX_CONNECTIONS", "--max-connections", "1024";
+    /// Connections authenticated by grant tokens, all grants together (at most half of
+    /// `MAX_CONNECTIONS`): a share of the cap apart from the pod token's.
+    GRANT_MAX_CONNECTIONS = "STEPSHIM_GRANT_MAX_CONNECTIONS", "--grant-max-connections", "256";
     /// Descriptors of the open-file limit kept out of the connection cap (at most half the limit).
     FD_RESERVE = "STEPSHIM_FD_RESERVE", "--fd-reserve", "1024";
     /// Bytes of a request line and its headers.

@@ -69,6 +69,9 @@ pub(crate) struct ArtifactsSettings {
     /// Retries (attempts after the first) in a row without progress before a pull fails
     /// (`STEPSHIM_PULL_RETRIES`).
     pub(crate) pull_retries: u32,
+    /// Connections authenticated by grant tokens (and not the pod's) at once, all grants together
+    /// (`STEPSHIM_GRANT_MAX_CONNECTIONS`; a `u32` fills the padding after `pull_retries`).
+    pub(crate) max_connections: u32,
 }
 
 /// Caps of file transfers (PROTOCOL.md 4.8 and 7).
@@ -211,6 +214,7 @@ impl Config {
                 max_grants: v.ranged(S::MAX_GRANTS, 1, 1 << 16)? as usize,
                 max_pulls: v.ranged(S::MAX_PULLS, 1, 1024)? as usize,
                 pull_retries: v.ranged(S::PULL_RETRIES, 0, 1000)? as u32,
+                max_connections: v.ranged(S::GRANT_MAX_CONNECTIONS, 1, 1 << 20)? as u32,
             },
             properties: crate::properties::Limits {
                 max_count: v.ranged(S::PROPERTIES_MAX_COUNT, 1, 1 << 16)? as usize,

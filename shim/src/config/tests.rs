@@ -66,6 +66,7 @@ fn defaults_need_a_token() {
         max_grants: 64,
         max_pulls: 8,
         pull_retries: 8,
+        max_connections: 256,
     };
     assert_eq!(c.artifacts, artifacts);
 }

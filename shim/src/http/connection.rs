@@ -4,7 +4,6 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use hyper::server::conn::http1;
@@ -30,7 +29,7 @@ pub(super) async fn serve(
         let failed = || {
             app.metrics
                 .tls_handshake_failures
-                .fetch_add(1, Ordering::Relaxed)
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         };
         tokio::select! {
             done = handshake => match done {
@@ -71,7 +70,7 @@ async fn serve_io<I>(
         service_fn(move |req| {
             let app = app.clone();
             let slot = slot.clone();
-            async move { Ok::<_, Infallible>(handle(app, req, &slot.authed).await) }
+            async move { Ok::<_, Infallible>(handle(app, req, &slot).await) }
         })
     };
     let conn = http1::Builder::new()
@@ -94,7 +93,7 @@ async fn serve_io<I>(
             debug!(%peer, "connection evicted at the connection cap");
             return Poll::Ready(Ok(()));
         }
-        if !slot.authed.load(Ordering::Acquire) && auth_deadline.as_mut().poll(cx).is_ready() {
+        if !slot.authed() && auth_deadline.as_mut().poll(cx).is_ready() {
             debug!(%peer, "connection closed: no valid token within the deadline");
             return Poll::Ready(Ok(()));
         }

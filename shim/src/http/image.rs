@@ -7,7 +7,6 @@
 
 use std::io::{self, Read, Write};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -76,10 +75,10 @@ enum Wanted {
 pub(super) async fn handle(
     app: &Arc<App>,
     req: Request<Incoming>,
-    authed: &AtomicBool,
+    conn: &super::conns::Slot,
 ) -> Response<Body> {
     let head = req.method() == Method::HEAD;
-    let mut r = match serve(app, &req, authed, head).await {
+    let mut r = match serve(app, &req, conn, head).await {
         Ok(r) => r,
         Err(refused) => refused.response(),
     };
@@ -93,11 +92,18 @@ pub(super) async fn handle(
 async fn serve(
     app: &Arc<App>,
     req: &Request<Incoming>,
-    authed: &AtomicBool,
+    conn: &super::conns::Slot,
     head: bool,
 ) -> Result<Response<Body>, Refusal> {
     let granted = grant(app, req)?;
-    authed.store(true, Ordering::Release);
+    if !app.conns.authenticated(conn, true) {
+        let full = super::conns::FULL.into();
+        return Err(Refusal(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TOOMANYREQUESTS",
+            full,
+        ));
+    }
     if !head && req.method() != Method::GET {
         return Err(Refusal(
             StatusCode::METHOD_NOT_ALLOWED,

@@ -14,7 +14,6 @@ mod process;
 mod properties;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::{debug, warn};
@@ -100,7 +99,10 @@ impl App {
             boot_id,
             same_owner,
             limits,
-            conns: conns::Conns::new(limits.max_connections),
+            conns: conns::Conns::new(
+                limits.max_connections,
+                config.artifacts.max_connections as usize,
+            ),
             files: files::Transfers::new(config.files),
             grants: crate::grants::Grants::new(config.artifacts.max_grants),
             pulls: crate::pull::Pulls::new(pull_settings(
@@ -170,13 +172,13 @@ pub(crate) async fn serve(
 pub(crate) async fn handle(
     app: Arc<App>,
     req: Request<Incoming>,
-    authed: &AtomicBool,
+    conn: &conns::Slot,
 ) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let route = Route::parse(&path);
     let label = route.as_ref().map_or("unknown", Route::label);
     let has_body = !http_body::Body::is_end_stream(req.body());
-    let mut response = match dispatch(&app, route, req, authed).await {
+    let mut response = match dispatch(&app, route, req, conn).await {
         Ok(r) => r,
         Err(e) => {
             if let Error::Internal { context, source } = &e {
@@ -202,7 +204,7 @@ async fn dispatch(
     app: &Arc<App>,
     route: Result<Route<'_>, RouteError>,
     req: Request<Incoming>,
-    authed: &AtomicBool,
+    conn: &conns::Slot,
 ) -> Result<Response<Body>, Error> {
     if matches!(route, Ok(Route::Healthz)) {
         // The one open route, and only for GET: every other method is refused the same way
@@ -214,10 +216,12 @@ async fn dispatch(
         };
     }
     if matches!(route, Ok(Route::Registry)) {
-        return Ok(image::handle(app, req, authed).await);
+        return Ok(image::handle(app, req, conn).await);
     }
     let granted = authenticate(app, &req)?;
-    authed.store(true, Ordering::Release);
+    if !app.conns.authenticated(conn, granted.is_some()) {
+        return Err(Error::Unavailable(conns::FULL.into()));
+    }
     if granted.is_some() && route.is_err() {
         return Err(app.grants.refuse(Error::Forbidden(
             "a grant token may only GET /v1/files".into(),
