@@ -26,6 +26,7 @@
 //! - `upstream`: one request to a source shim, plain or TLS-pinned, its body streaming.
 //! - `answer`: the forwarder's own answers, each refusal mapped once to status, code and message.
 //! - `idle`: the clock of a connection's last byte.
+//! - `sys`: the one `unsafe` call, the node's interface addresses (`getifaddrs`).
 
 pub mod config;
 pub mod server;
@@ -34,6 +35,7 @@ mod answer;
 mod idle;
 mod route;
 mod service;
+mod sys;
 mod upstream;
 
 pub use config::{Config, ConfigError};

@@ -29,6 +29,10 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    // Read once at start so a forwarder that cannot tell the node's addresses never serves (each
+    // pull reads them again, see `service`).
+    let node = crate::sys::interface_addresses()?;
+    tracing::info!(?node, "the node's addresses: never a source");
     let shared = Arc::new(Shared {
         allow: config.allow.clone(),
         reach: Reach {
