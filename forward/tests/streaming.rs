@@ -8,10 +8,9 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Forwarder, basic, granted, header, layout_image, oci_error, port, random_file, scratch,
-    source_shim,
+    Forwarder, basic, granted, header, layout_image, port, random_file, scratch, source_shim,
 };
-use test_support::{raw_bytes, raw_with};
+use test_support::raw_bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Reads the answer head of a GET on `s`, returning its text and what came after it.
@@ -146,7 +145,7 @@ async fn a_source_cut_midway_is_a_cut_for_the_client() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_connections_and_stalled_readers_are_closed_and_the_cap_holds() {
+async fn idle_connections_and_stalled_readers_are_closed() {
     let shim = source_shim();
     let tmp = scratch("idle");
     let dir = tmp.join("img");
@@ -161,14 +160,8 @@ async fn idle_connections_and_stalled_readers_are_closed_and_the_cap_holds() {
     ];
     let fwd = Forwarder::start("127.0.0.0/8", port(&shim.addr), &env);
 
-    // A connection that sends nothing holds the only slot: the next one is turned away.
+    // A connection that sends nothing is closed at the idle timeout (before the first request's).
     let mut quiet = tokio::net::TcpStream::connect(&fwd.addr).await.unwrap();
-    let (status, _, body) = raw_with(&fwd.addr, "GET", "/healthz", &[]).await;
-    assert_eq!(
-        (status, oci_error(&body).0.as_str()),
-        (503, "TOOMANYREQUESTS")
-    );
-    // ... until the idle timeout closes it.
     let start = std::time::Instant::now();
     let mut byte = [0u8; 1];
     let n = tokio::time::timeout(Duration::from_secs(10), quiet.read(&mut byte))
@@ -197,11 +190,7 @@ async fn idle_connections_and_stalled_readers_are_closed_and_the_cap_holds() {
         if &peek == b"HTTP/1.1 200" {
             break s;
         }
-        // The slot of the closed connection is given back as its task ends: try again.
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the slot was never given back"
-        );
+        assert!(std::time::Instant::now() < deadline, "no pull answered 200");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let closes = || {
