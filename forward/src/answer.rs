@@ -31,6 +31,15 @@ pub enum Refusal {
     /// The source lies outside the allowed pod networks.
     #[error("{0} is outside the pod networks this forwarder may reach")]
     NotAllowed(Ipv4Addr),
+    /// The source is the network or broadcast address of an allowed network: no pod's.
+    #[error("{0} is the network or broadcast address of a pod network, no pod's")]
+    NetworkEdge(Ipv4Addr),
+    /// The source is one of the node's own addresses (e.g. the pod bridge's gateway).
+    #[error("{0} is an address of this node: the forwarder reaches pods, never the node")]
+    Node(Ipv4Addr),
+    /// The node's addresses could not be read, so no source can be told apart from them.
+    #[error("cannot read the node's addresses to check the source against them")]
+    NodeAddresses(#[source] std::io::Error),
     /// A repository name outside the OCI grammar (the message says which).
     #[error("{0}")]
     Name(String),
@@ -69,7 +78,10 @@ impl Refusal {
             Refusal::NotIpv4(_) | Refusal::Name(_) => (StatusCode::BAD_REQUEST, "NAME_INVALID"),
             Refusal::Tag(_) => (StatusCode::BAD_REQUEST, "TAG_INVALID"),
             Refusal::Digest(_) => (StatusCode::BAD_REQUEST, "DIGEST_INVALID"),
-            Refusal::NotAllowed(_) => (StatusCode::FORBIDDEN, "DENIED"),
+            Refusal::NotAllowed(_) | Refusal::NetworkEdge(_) | Refusal::Node(_) => {
+                (StatusCode::FORBIDDEN, "DENIED")
+            }
+            Refusal::NodeAddresses(_) => (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
             Refusal::NoCredentials | Refusal::Credentials(_) => {
                 (StatusCode::UNAUTHORIZED, "UNAUTHORIZED")
             }

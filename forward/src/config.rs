@@ -20,13 +20,18 @@ pub struct Config {
     pub allow: Vec<Cidr>,
     /// The port of the source shims.
     pub shim_port: u16,
-    /// Client connections open at once; a new one beyond is answered 503 and closed.
+    /// Client connections open at once. At the cap the oldest connection without a request yet,
+    /// else the oldest without one in flight, is closed for the new one; only when every open
+    /// connection has a request in flight is the new one answered 503 and closed.
     pub max_connections: usize,
     /// Time to open a connection to a source, TLS handshake included.
     pub connect_timeout: Duration,
     /// Time a connection (a client's with the source's it is streaming from) may go without a
     /// byte moving either way; also the wait for a source's answer head.
     pub idle_timeout: Duration,
+    /// Time a new connection has to send its first complete request head: what a connection that
+    /// never asks for anything holds a slot for, when the cap does not evict it first.
+    pub first_request_timeout: Duration,
     /// Bytes of a request's line and headers together (at least 8 KiB, hyper's floor).
     pub max_header_bytes: usize,
     /// Log level filter.
@@ -88,6 +93,7 @@ impl Config {
             max_connections: v.ranged(S::MAX_CONNECTIONS, 1, 1 << 20)? as usize,
             connect_timeout: v.secs(S::CONNECT_TIMEOUT)?,
             idle_timeout: v.secs(S::IDLE_TIMEOUT)?,
+            first_request_timeout: v.secs(S::FIRST_REQUEST_TIMEOUT)?,
             max_header_bytes: v.ranged(S::MAX_HEADER_BYTES, 8 << 10, 1 << 20)? as usize,
             log_level: v.log_level()?,
             ready_file: Some(v.get(S::READY_FILE))
@@ -188,6 +194,7 @@ mod tests {
         assert_eq!(c.allow.len(), 2);
         assert_eq!(c.shim_port, protocol::settings::PORT);
         assert_eq!(c.idle_timeout, Duration::from_secs(60));
+        assert_eq!(c.first_request_timeout, Duration::from_secs(10));
         assert_eq!(c.max_header_bytes, 16384);
         assert!(c.ready_file.is_none());
         let err = config(&[]).unwrap_err().to_string();
@@ -225,6 +232,8 @@ mod tests {
             (S::LISTEN, "10.0.0.1:7779"),
             (S::SHIM_PORT, "0"),
             (S::IDLE_TIMEOUT, "0"),
+            (S::FIRST_REQUEST_TIMEOUT, "0"),
+            (S::FIRST_REQUEST_TIMEOUT, "3601"),
             (S::CONNECT_TIMEOUT, "4000"),
             (S::MAX_HEADER_BYTES, "100"),
             (S::LOG, "loud"),

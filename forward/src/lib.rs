@@ -20,12 +20,14 @@
 //!
 //! # Layout
 //! - [`config`]: `STEPSHIM_FORWARD_*` settings into a [`Config`].
-//! - [`server`]: the listener, the connection cap, keep-alive, the idle deadline and the drain.
+//! - [`server`]: the listener, keep-alive, the first request's and the idle deadlines, the drain.
+//! - `slots`: the connection cap, which evicts idle connections before it turns one away.
 //! - `service`: one request: checks, the source's answer streamed back.
 //! - `route`: the pull routes, the source address and the credentials, checked (no I/O).
 //! - `upstream`: one request to a source shim, plain or TLS-pinned, its body streaming.
 //! - `answer`: the forwarder's own answers, each refusal mapped once to status, code and message.
 //! - `idle`: the clock of a connection's last byte.
+//! - `sys`: the one `unsafe` call, the node's interface addresses (`getifaddrs`).
 
 pub mod config;
 pub mod server;
@@ -34,6 +36,8 @@ mod answer;
 mod idle;
 mod route;
 mod service;
+mod slots;
+mod sys;
 mod upstream;
 
 pub use config::{Config, ConfigError};

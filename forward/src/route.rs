@@ -1,6 +1,7 @@
 //! What a request asks for, checked before anything leaves the node: the route (only the OCI
-//! distribution pull routes, `/v2/` and the probe), the source address and the credentials. Pure
-//! functions of the request head; the answers to refusals are in `answer`.
+//! distribution pull routes, `/v2/` and the probe), the source address (in an allowed network, not
+//! its network or broadcast address, not one of the node's) and the credentials. Pure functions of
+//! the request head and the node's addresses; the answers to refusals are in `answer`.
 
 use std::net::Ipv4Addr;
 
@@ -83,7 +84,20 @@ pub fn route(method: &Method, path: &str, allow: &[Cidr]) -> Result<Route, Refus
     if !allow.iter().any(|c| c.contains(ip)) {
         return Err(Refusal::NotAllowed(ip));
     }
+    if allow.iter().any(|c| c.is_network_or_broadcast(ip)) {
+        return Err(Refusal::NetworkEdge(ip));
+    }
     Ok(Route::Pull { ip, path })
+}
+
+/// Refuses a source that is one of the node's own addresses (`node`: what its interfaces hold,
+/// the bridge's gateway on the pod network included), even inside an allowed network: the
+/// forwarder reaches pods, never the node it runs on.
+pub fn not_the_node(ip: Ipv4Addr, node: &[Ipv4Addr]) -> Result<(), Refusal> {
+    if node.contains(&ip) {
+        return Err(Refusal::Node(ip));
+    }
+    Ok(())
 }
 
 /// The credentials of `Authorization: Basic base64(<user>:<token>)`.

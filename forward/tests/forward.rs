@@ -10,7 +10,9 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Forwarder, Shim, basic, granted, header, oci_error, port, rootfs_image, scratch};
+use common::{
+    Forwarder, basic, granted, header, oci_error, port, rootfs_image, scratch, source_shim,
+};
 use http_body_util::{BodyExt, Empty};
 use test_support::raw_with;
 
@@ -26,7 +28,7 @@ async fn get(addr: &str, method: &str, path: &str, auth: &str) -> (u16, String, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pulls_reach_the_named_pod_and_come_back_as_the_shim_answered() {
-    let shim = Shim::start();
+    let shim = source_shim();
     let tmp = scratch("route");
     let dir = tmp.join("app");
     rootfs_image(&dir);
@@ -40,7 +42,7 @@ async fn pulls_reach_the_named_pod_and_come_back_as_the_shim_answered() {
     let via = get(
         &fwd.addr,
         "GET",
-        "/v2/127.0.0.1/app/manifests/latest",
+        "/v2/127.0.0.2/app/manifests/latest",
         &creds,
     )
     .await;
@@ -58,7 +60,7 @@ async fn pulls_reach_the_named_pod_and_come_back_as_the_shim_answered() {
     let head = get(
         &fwd.addr,
         "HEAD",
-        "/v2/127.0.0.1/app/manifests/latest",
+        "/v2/127.0.0.2/app/manifests/latest",
         &creds,
     )
     .await;
@@ -69,7 +71,7 @@ async fn pulls_reach_the_named_pod_and_come_back_as_the_shim_answered() {
 
     let manifest: serde_json::Value = serde_json::from_slice(&via.2).unwrap();
     let layer = manifest["layers"][0]["digest"].as_str().unwrap();
-    let path = format!("/v2/127.0.0.1/app/blobs/{layer}");
+    let path = format!("/v2/127.0.0.2/app/blobs/{layer}");
     let blob = get(&fwd.addr, "GET", &path, &creds).await;
     let direct_blob = get(
         &shim.addr,
@@ -81,12 +83,12 @@ async fn pulls_reach_the_named_pod_and_come_back_as_the_shim_answered() {
     assert_eq!((blob.0, &blob.2), (200, &direct_blob.2));
     assert_eq!(header(&blob.1, "docker-content-digest"), Some(layer));
 
-    let by_digest = format!("/v2/127.0.0.1/app/manifests/{digest}");
+    let by_digest = format!("/v2/127.0.0.2/app/manifests/{digest}");
     assert_eq!(get(&fwd.addr, "GET", &by_digest, &creds).await.2, direct.2);
     let nested = get(
         &fwd.addr,
         "GET",
-        "/v2/127.0.0.1/app/sub/manifests/latest",
+        "/v2/127.0.0.2/app/sub/manifests/latest",
         &creds,
     )
     .await;
@@ -95,7 +97,7 @@ async fn pulls_reach_the_named_pod_and_come_back_as_the_shim_answered() {
     let unknown = get(
         &fwd.addr,
         "GET",
-        "/v2/127.0.0.1/other/manifests/latest",
+        "/v2/127.0.0.2/other/manifests/latest",
         &creds,
     )
     .await;
@@ -114,7 +116,7 @@ async fn pulls_reach_the_named_pod_and_come_back_as_the_shim_answered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_client_connection_carries_several_pulls() {
-    let shim = Shim::start();
+    let shim = source_shim();
     let tmp = scratch("keepalive");
     let dir = tmp.join("app");
     rootfs_image(&dir);
@@ -129,7 +131,7 @@ async fn one_client_connection_carries_several_pulls() {
     for method in ["HEAD", "GET", "GET"] {
         let req = http::Request::builder()
             .method(method)
-            .uri("/v2/127.0.0.1/app/manifests/latest")
+            .uri("/v2/127.0.0.2/app/manifests/latest")
             .header("host", "127.0.0.1")
             .header("authorization", basic("plain", &token))
             .header("accept", "application/vnd.oci.image.manifest.v1+json")
@@ -147,14 +149,14 @@ async fn one_client_connection_carries_several_pulls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_carry_oci_error_bodies() {
-    let shim = Shim::start();
+    let shim = source_shim();
     let tmp = scratch("refuse");
     let dir = tmp.join("app");
     rootfs_image(&dir);
     let token = granted(&shim, &dir).await;
     let creds = basic("plain", &token);
     let fwd = Forwarder::start("127.0.0.0/8", port(&shim.addr), &[]);
-    let path = "/v2/127.0.0.1/app/manifests/latest";
+    let path = "/v2/127.0.0.2/app/manifests/latest";
 
     let none = get(&fwd.addr, "GET", path, "").await;
     assert_eq!(none.0, 401);
@@ -191,7 +193,7 @@ async fn refusals_carry_oci_error_bodies() {
     let upper = get(
         &fwd.addr,
         "GET",
-        "/v2/127.0.0.1/App/manifests/latest",
+        "/v2/127.0.0.2/App/manifests/latest",
         &creds,
     )
     .await;
@@ -199,7 +201,7 @@ async fn refusals_carry_oci_error_bodies() {
         (upper.0, oci_error(&upper.2).0.as_str()),
         (400, "NAME_INVALID")
     );
-    let push = get(&fwd.addr, "GET", "/v2/127.0.0.1/app/blobs/uploads/", &creds).await;
+    let push = get(&fwd.addr, "GET", "/v2/127.0.0.2/app/blobs/uploads/", &creds).await;
     assert_eq!(push.0, 400);
     let big = "x".repeat(20 << 10);
     let (status, _, _) = raw_with(&fwd.addr, "GET", path, &[("X-Big", &big)]).await;
@@ -211,12 +213,12 @@ async fn refusals_carry_oci_error_bodies() {
     let denied = get(&elsewhere.addr, "GET", path, &creds).await;
     let (code, message) = oci_error(&denied.2);
     assert_eq!((denied.0, code.as_str()), (403, "DENIED"));
-    assert!(message.contains("127.0.0.1"), "{message}");
+    assert!(message.contains("127.0.0.2"), "{message}");
     let after = shim.client.grants().await.unwrap()[0].used;
     assert_eq!(after, used, "the grant was not presented to the shim");
 
     // Nothing listens: 502 naming the cause.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
     let closed_port = closed.local_addr().unwrap().port();
     drop(closed);
     let nowhere = Forwarder::start("127.0.0.0/8", closed_port, &[]);

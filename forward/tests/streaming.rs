@@ -8,9 +8,9 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Forwarder, Shim, basic, granted, header, layout_image, oci_error, port, random_file, scratch,
+    Forwarder, basic, granted, header, layout_image, port, random_file, scratch, source_shim,
 };
-use test_support::{raw_bytes, raw_with};
+use test_support::raw_bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Reads the answer head of a GET on `s`, returning its text and what came after it.
@@ -31,7 +31,7 @@ async fn read_head(s: &mut tokio::net::TcpStream) -> (String, Vec<u8>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_blob_streams_with_bounded_memory() {
     const MIB: u64 = 256;
-    let shim = Shim::start();
+    let shim = source_shim();
     let tmp = scratch("large");
     let dir = tmp.join("big");
     std::fs::create_dir_all(&dir).unwrap();
@@ -44,7 +44,7 @@ async fn a_large_blob_streams_with_bounded_memory() {
 
     let mut s = tokio::net::TcpStream::connect(&fwd.addr).await.unwrap();
     let req = format!(
-        "GET /v2/127.0.0.1/big/blobs/{digest} HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\r\n",
+        "GET /v2/127.0.0.2/big/blobs/{digest} HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\r\n",
         basic("plain", &token)
     );
     s.write_all(req.as_bytes()).await.unwrap();
@@ -96,7 +96,7 @@ async fn a_large_blob_streams_with_bounded_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_cut_midway_is_a_cut_for_the_client() {
-    let shim = Shim::start();
+    let shim = source_shim();
     let tmp = scratch("cut");
     let dir = tmp.join("img");
     std::fs::create_dir_all(&dir).unwrap();
@@ -104,11 +104,12 @@ async fn a_source_cut_midway_is_a_cut_for_the_client() {
     random_file(&layer, 32);
     let digest = layout_image(&dir, &layer);
     let token = granted(&shim, &dir).await;
-    let (proxy, cuts) = test_support::cutting_proxy(shim.addr.clone(), 4 << 20, 8 << 20)
-        .await
-        .unwrap();
+    let (proxy, cuts) =
+        test_support::cutting_proxy_on("127.0.0.2:0", shim.addr.clone(), 4 << 20, 8 << 20)
+            .await
+            .unwrap();
     let fwd = Forwarder::start("127.0.0.0/8", port(&proxy), &[]);
-    let path = format!("/v2/127.0.0.1/img/blobs/{digest}");
+    let path = format!("/v2/127.0.0.2/img/blobs/{digest}");
     let auth = basic("plain", &token);
     let bytes = raw_bytes(&fwd.addr, "GET", &path, &[("Authorization", &auth)]).await;
     let at = bytes.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
@@ -144,8 +145,8 @@ async fn a_source_cut_midway_is_a_cut_for_the_client() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn idle_connections_and_stalled_readers_are_closed_and_the_cap_holds() {
-    let shim = Shim::start();
+async fn idle_connections_and_stalled_readers_are_closed() {
+    let shim = source_shim();
     let tmp = scratch("idle");
     let dir = tmp.join("img");
     std::fs::create_dir_all(&dir).unwrap();
@@ -159,14 +160,8 @@ async fn idle_connections_and_stalled_readers_are_closed_and_the_cap_holds() {
     ];
     let fwd = Forwarder::start("127.0.0.0/8", port(&shim.addr), &env);
 
-    // A connection that sends nothing holds the only slot: the next one is turned away.
+    // A connection that sends nothing is closed at the idle timeout (before the first request's).
     let mut quiet = tokio::net::TcpStream::connect(&fwd.addr).await.unwrap();
-    let (status, _, body) = raw_with(&fwd.addr, "GET", "/healthz", &[]).await;
-    assert_eq!(
-        (status, oci_error(&body).0.as_str()),
-        (503, "TOOMANYREQUESTS")
-    );
-    // ... until the idle timeout closes it.
     let start = std::time::Instant::now();
     let mut byte = [0u8; 1];
     let n = tokio::time::timeout(Duration::from_secs(10), quiet.read(&mut byte))
@@ -183,7 +178,7 @@ async fn idle_connections_and_stalled_readers_are_closed_and_the_cap_holds() {
 
     // A reader that stops: once the socket buffers are full and nothing moves for a second, the
     // connection is cut; what the reader gets afterwards ends short of the length.
-    let path = format!("/v2/127.0.0.1/img/blobs/{digest}");
+    let path = format!("/v2/127.0.0.2/img/blobs/{digest}");
     let auth = basic("plain", &token);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut s = loop {
@@ -195,11 +190,7 @@ async fn idle_connections_and_stalled_readers_are_closed_and_the_cap_holds() {
         if &peek == b"HTTP/1.1 200" {
             break s;
         }
-        // The slot of the closed connection is given back as its task ends: try again.
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the slot was never given back"
-        );
+        assert!(std::time::Instant::now() < deadline, "no pull answered 200");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let closes = || {

@@ -8,7 +8,10 @@
 
 mod common;
 
-use common::{Forwarder, Shim, basic, granted, header, oci_error, port, rootfs_image, scratch};
+use common::{
+    Forwarder, basic, granted, header, oci_error, port, rootfs_image, scratch, source_shim,
+    source_shim_tls,
+};
 use test_support::{metric, raw_with};
 
 async fn get(addr: &str, method: &str, path: &str, auth: &str) -> (u16, String, Vec<u8>) {
@@ -22,14 +25,14 @@ fn sha256(data: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_source_is_reached_with_its_pin_and_refused_with_any_other() {
-    let shim = Shim::start_tls(&[]);
+    let shim = source_shim_tls();
     let pin = shim.local.pin.unwrap();
     let tmp = scratch("tls");
     let dir = tmp.join("app");
     rootfs_image(&dir);
     let token = granted(&shim, &dir).await;
     let fwd = Forwarder::start("127.0.0.0/8", port(&shim.addr), &[]);
-    let path = "/v2/127.0.0.1/app/manifests/latest";
+    let path = "/v2/127.0.0.2/app/manifests/latest";
 
     let (status, head, manifest) = get(
         &fwd.addr,
@@ -45,7 +48,7 @@ async fn a_tls_source_is_reached_with_its_pin_and_refused_with_any_other() {
     );
     let m: serde_json::Value = serde_json::from_slice(&manifest).unwrap();
     let layer = m["layers"][0]["digest"].as_str().unwrap();
-    let blob_path = format!("/v2/127.0.0.1/app/blobs/{layer}");
+    let blob_path = format!("/v2/127.0.0.2/app/blobs/{layer}");
     let (status, _, blob) = get(
         &fwd.addr,
         "GET",
@@ -99,14 +102,14 @@ async fn a_tls_source_is_reached_with_its_pin_and_refused_with_any_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_to_a_plain_source_fails_the_handshake() {
-    let shim = Shim::start();
+    let shim = source_shim();
     let tmp = scratch("tls-plain");
     let dir = tmp.join("app");
     rootfs_image(&dir);
     let token = granted(&shim, &dir).await;
     let fwd = Forwarder::start("127.0.0.0/8", port(&shim.addr), &[]);
     let pin = client::Seed::for_token("x").pin();
-    let path = "/v2/127.0.0.1/app/manifests/latest";
+    let path = "/v2/127.0.0.2/app/manifests/latest";
     let r = get(
         &fwd.addr,
         "GET",

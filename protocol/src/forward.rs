@@ -45,12 +45,15 @@ settings! {
     ALLOW = "STEPSHIM_FORWARD_ALLOW", "";
     /// The port of the source shims.
     SHIM_PORT = "STEPSHIM_FORWARD_SHIM_PORT", "7777";
-    /// Client connections open at once; beyond, a new one is answered 503 and closed.
+    /// Client connections open at once; at the cap an idle one is closed for a new one, which is
+    /// answered 503 and closed only when every open connection has a request in flight.
     MAX_CONNECTIONS = "STEPSHIM_FORWARD_MAX_CONNECTIONS", "256";
     /// Seconds to open a connection to a source, TLS handshake included.
     CONNECT_TIMEOUT = "STEPSHIM_FORWARD_CONNECT_TIMEOUT", "10";
     /// Seconds a connection may go without a byte moving, either way, before it is closed.
     IDLE_TIMEOUT = "STEPSHIM_FORWARD_IDLE_TIMEOUT", "60";
+    /// Seconds a new connection has to send its first complete request head before it is closed.
+    FIRST_REQUEST_TIMEOUT = "STEPSHIM_FORWARD_FIRST_REQUEST_TIMEOUT", "10";
     /// Bytes of a request line and its headers together.
     MAX_HEADER_BYTES = "STEPSHIM_FORWARD_MAX_HEADER_BYTES", "16384";
     /// Log level: error, warn, info, debug, trace.

@@ -14,7 +14,17 @@ pub async fn cutting_proxy(
     min: u64,
     max: u64,
 ) -> std::io::Result<(String, Arc<AtomicU64>)> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    cutting_proxy_on("127.0.0.1:0", target, min, max).await
+}
+
+/// [`cutting_proxy`] listening on `listen` (`host:port`, e.g. another loopback address).
+pub async fn cutting_proxy_on(
+    listen: &str,
+    target: String,
+    min: u64,
+    max: u64,
+) -> std::io::Result<(String, Arc<AtomicU64>)> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?.to_string();
     let cuts = Arc::new(AtomicU64::new(0));
     let counter = cuts.clone();

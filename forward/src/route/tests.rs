@@ -153,3 +153,28 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn the_networks_own_broadcast_and_the_nodes_addresses_are_refused() {
+    for edge in ["10.244.0.0", "10.244.255.255"] {
+        let refused = get(&format!("/v2/{edge}/out/manifests/latest"));
+        assert!(matches!(refused, Err(Refusal::NetworkEdge(_))), "{edge}");
+    }
+    let node: Vec<Ipv4Addr> = ["10.244.0.1", "192.0.2.2"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    let gateway = "10.244.0.1".parse().unwrap();
+    assert!(matches!(
+        not_the_node(gateway, &node),
+        Err(Refusal::Node(ip)) if ip == gateway
+    ));
+    assert!(not_the_node("10.244.0.2".parse().unwrap(), &node).is_ok());
+    let refusal = not_the_node(gateway, &node).unwrap_err();
+    assert_eq!(refusal.status_code().1, "DENIED");
+    assert!(
+        refusal
+            .body()
+            .contains("10.244.0.1 is an address of this node")
+    );
+}

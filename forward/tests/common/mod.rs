@@ -12,6 +12,21 @@ use std::time::{Duration, Instant};
 
 pub use test_support::Shim;
 
+/// The source pods' address in these tests: a loopback address that no interface holds (`lo`
+/// holds 127.0.0.1, which the forwarder refuses as the node's own), reached through the allowed
+/// network 127.0.0.0/8.
+pub const SOURCE_IP: &str = "127.0.0.2";
+
+/// A plain shim serving on [`SOURCE_IP`].
+pub fn source_shim() -> Shim {
+    Shim::start_with(&[(protocol::settings::LISTEN, "127.0.0.2:0")], None)
+}
+
+/// A TLS shim serving on [`SOURCE_IP`] (the binary must be built with TLS).
+pub fn source_shim_tls() -> Shim {
+    Shim::start_tls(&[(protocol::settings::LISTEN, "127.0.0.2:0")])
+}
+
 /// A running forwarder child. Killed when dropped.
 pub struct Forwarder {
     pub child: Child,

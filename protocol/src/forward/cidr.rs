@@ -36,6 +36,13 @@ impl Cidr {
     pub fn contains(&self, ip: Ipv4Addr) -> bool {
         u32::from(ip) & Self::mask(self.bits) == self.net
     }
+
+    /// Whether `ip` is the network's own address (host bits all 0) or its broadcast address (all
+    /// 1): no pod's. A /31 or /32 has neither (RFC 3021: both of a /31's addresses are hosts).
+    pub fn is_network_or_broadcast(&self, ip: Ipv4Addr) -> bool {
+        let ip = u32::from(ip);
+        self.bits <= 30 && (ip == self.net || ip == self.net | !Self::mask(self.bits))
+    }
 }
 
 impl FromStr for Cidr {
@@ -82,6 +89,21 @@ mod tests {
         assert!(one.contains("192.0.2.1".parse().unwrap()));
         assert!(!one.contains("192.0.2.2".parse().unwrap()));
         assert_eq!(c.to_string(), "10.244.0.0/16");
+    }
+
+    #[test]
+    fn a_network_knows_its_own_and_its_broadcast_address() {
+        let c: Cidr = "10.244.0.0/16".parse().unwrap();
+        let edge = |cidr: &Cidr, ip: &str| cidr.is_network_or_broadcast(ip.parse().unwrap());
+        assert!(edge(&c, "10.244.0.0") && edge(&c, "10.244.255.255"));
+        assert!(!edge(&c, "10.244.0.1") && !edge(&c, "10.244.255.254"));
+        assert!(!edge(&c, "10.245.0.0"), "another network's");
+        let all: Cidr = "0.0.0.0/0".parse().unwrap();
+        assert!(edge(&all, "0.0.0.0") && edge(&all, "255.255.255.255"));
+        for hosts in ["192.0.2.0/31", "192.0.2.1/32"] {
+            let c: Cidr = hosts.parse().unwrap();
+            assert!(!edge(&c, "192.0.2.0") && !edge(&c, "192.0.2.1"), "{hosts}");
+        }
     }
 
     #[test]

@@ -39,11 +39,16 @@ func checkCompression(c Compression) error {
 	return fmt.Errorf("%w: %q (want raw, gzip, zstd or s2)", ErrCompression, c)
 }
 
+// maxLimitMB is the largest limit taken, 2^30 MB (1 PiB of tar): far past any volume, and its bytes
+// are exact in an int64, where a larger float64 would overflow the conversion into no limit.
+const maxLimitMB = 1 << 30
+
 // limitBytes is limitInMB in bytes, 0 meaning no limit: ATC's semantics, where a limit under one byte
-// (0 included) is none. A negative or not-a-number limit is an error.
+// (0 included) is none. A negative, NaN or infinite limit, or one over maxLimitMB, is an error,
+// never no limit.
 func limitBytes(limitInMB float64) (int64, error) {
-	if limitInMB < 0 || limitInMB != limitInMB {
-		return 0, fmt.Errorf("atcruntime: invalid stream limit %v MB", limitInMB)
+	if !(limitInMB >= 0 && limitInMB <= maxLimitMB) {
+		return 0, fmt.Errorf("atcruntime: invalid stream limit %v MB (want 0 to %d)", limitInMB, maxLimitMB)
 	}
 	return int64(limitInMB * 1024 * 1024), nil
 }

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -122,17 +123,40 @@ func (s *p2pSigner) verify(raw string, now time.Time) (p2pTarget, error) {
 		return p2pTarget{}, fmt.Errorf("%w: expired %s ago", ErrP2PURL, now.Sub(time.Unix(expires, 0)).Round(time.Second))
 	}
 	t := p2pTarget{Pod: u.Host, Path: dir}
-	if lim := q["limit"]; len(lim) > 0 {
-		mb, err := strconv.ParseFloat(lim[len(lim)-1], 64)
-		if err != nil {
-			return p2pTarget{}, fmt.Errorf("%w: limit %q: %v", ErrP2PURL, lim[len(lim)-1], err)
+	if lim, ok := q["limit"]; ok {
+		if t.Limit, t.LimitInMB, err = parseLimit(lim); err != nil {
+			return p2pTarget{}, fmt.Errorf("%w: %v", ErrP2PURL, err)
 		}
-		if t.Limit, err = limitBytes(mb); err != nil {
-			return p2pTarget{}, err
-		}
-		t.LimitInMB = mb
 	}
 	return t, nil
+}
+
+// decimalMB is how a limit is written: decimal digits, a fraction, an exponent (ATC writes "%f").
+// ParseFloat would also take "Inf", "NaN" and hexadecimal, none of which is a size.
+var decimalMB = regexp.MustCompile(`^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$`)
+
+// parseLimit reads the `limit` parameter's values: exactly one, a decimal number of MB that
+// limitBytes takes, 0 (no limit) or at least one byte. Anything else is an error rather than no limit, so a URL whose limit was
+// mangled or doubled is refused instead of copying without one.
+func parseLimit(values []string) (bytes int64, mb float64, err error) {
+	if len(values) != 1 {
+		return 0, 0, fmt.Errorf("want one limit parameter, got %d", len(values))
+	}
+	if !decimalMB.MatchString(values[0]) {
+		return 0, 0, fmt.Errorf("limit %q: not a decimal number of MB", values[0])
+	}
+	if mb, err = strconv.ParseFloat(values[0], 64); err != nil {
+		return 0, 0, fmt.Errorf("limit %q: %v", values[0], err)
+	}
+	if bytes, err = limitBytes(mb); err != nil {
+		return 0, 0, err
+	}
+	// ATC writes six decimals, so the least limit it writes is a byte; a positive limit under one
+	// byte was not written by ATC and would otherwise be no limit.
+	if mb > 0 && bytes < 1 {
+		return 0, 0, fmt.Errorf("limit %q: under one byte (0 is no limit)", values[0])
+	}
+	return bytes, mb, nil
 }
 
 // copyLimited copies the contents of src in srcPod into dst, refusing a tree whose tar is over dst's

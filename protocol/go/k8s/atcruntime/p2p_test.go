@@ -150,3 +150,57 @@ func TestStreamInput(t *testing.T) {
 	}
 	sameTree(t, files, readTree(t, dst+"/in2"))
 }
+
+// TestP2PURLLimit: a `limit` keeps ATC's meaning when it is one finite number within bounds (0, as
+// ATC's "%f" writes it, is no limit) and refuses the URL otherwise, never turning into no limit.
+func TestP2PURLLimit(t *testing.T) {
+	signer := newSigner(newLocalPods(t, "w1"), time.Minute)
+	now := time.Unix(1_800_000_000, 0)
+	raw := signer.sign(p2pTarget{Pod: "step-b", Path: "/tmp/build/out"}, now)
+	with := func(values ...string) string {
+		u, _ := url.Parse(raw)
+		q := u.Query()
+		for _, v := range values {
+			q.Add("limit", v)
+		}
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	for value, want := range map[string]int64{
+		"0.000000":     0,
+		"0":            0,
+		"2.500000":     int64(2.5 * 1024 * 1024),
+		"1":            1 << 20,
+		"0.000001":     1,
+		"1048576":      1 << 40,
+		"1073741824.0": 1 << 50,
+	} {
+		got, err := signer.verify(with(value), now)
+		if err != nil || got.Limit != want {
+			t.Errorf("limit=%s: %+v, %v; want %d bytes", value, got, err, want)
+		}
+	}
+	for what, values := range map[string][]string{
+		"infinite":             {"Inf"},
+		"infinite, signed":     {"+Inf"},
+		"infinity spelled out": {"infinity"},
+		"not a number":         {"NaN"},
+		"past int64 bytes":     {"1e13"},
+		"past the bound":       {"1073741825"},
+		"under one byte":       {"0.0000001"},
+		"repeated":             {"1", "2"},
+		"repeated, same":       {"1", "1"},
+		"negative":             {"-1"},
+		"negative zero":        {"-0"},
+		"hexadecimal":          {"0x1p4"},
+		"empty":                {""},
+		"words":                {"lots"},
+	} {
+		got, err := signer.verify(with(values...), now)
+		if !errors.Is(err, ErrP2PURL) {
+			t.Errorf("%s (limit=%q): %+v, %v; want ErrP2PURL", what, values, got, err)
+		} else if !strings.Contains(err.Error(), "limit") {
+			t.Errorf("%s: %v does not name the limit", what, err)
+		}
+	}
+}

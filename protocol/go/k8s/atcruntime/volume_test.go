@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -142,8 +143,11 @@ func TestStreamOutOneFileAndBadInput(t *testing.T) {
 			t.Fatalf("path %q accepted", p)
 		}
 	}
-	if err := v.StreamIn(ctx, ".", Raw, -1, strings.NewReader("")); err == nil {
-		t.Fatal("a negative limit was accepted")
+	// Negative, not a number, or past what an int64 of bytes holds: an error, never no limit.
+	for _, limit := range []float64{-1, math.NaN(), math.Inf(1), 1e13} {
+		if err := v.StreamIn(ctx, ".", Raw, limit, strings.NewReader("")); err == nil {
+			t.Fatalf("limit %v was accepted", limit)
+		}
 	}
 }
 
