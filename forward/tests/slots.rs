@@ -10,8 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    Forwarder, basic, granted, layout_image, oci_error, port, random_file, rootfs_image, scratch,
-    source_shim,
+    Forwarder, basic, granted, granted_layout, oci_error, port, rootfs_image, scratch, source_shim,
 };
 use test_support::raw_with;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -112,13 +111,7 @@ async fn idle_connections_make_room_for_a_pull_at_the_cap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_connection_is_turned_away_only_when_every_one_is_busy() {
     let shim = source_shim();
-    let tmp = scratch("busy");
-    let dir = tmp.join("img");
-    std::fs::create_dir_all(&dir).unwrap();
-    let layer = tmp.join("layer");
-    random_file(&layer, 32);
-    let digest = layout_image(&dir, &layer);
-    let token = granted(&shim, &dir).await;
+    let (_tmp, digest, token) = granted_layout(&shim, "busy", 32).await;
     let fwd = Forwarder::start(
         "127.0.0.0/8",
         port(&shim.addr),

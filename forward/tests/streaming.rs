@@ -8,7 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Forwarder, basic, granted, header, layout_image, port, random_file, scratch, source_shim,
+    Forwarder, basic, granted, granted_layout, header, layout_image, port, random_file, scratch,
+    source_shim,
 };
 use test_support::raw_bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -97,13 +98,7 @@ async fn a_large_blob_streams_with_bounded_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_cut_midway_is_a_cut_for_the_client() {
     let shim = source_shim();
-    let tmp = scratch("cut");
-    let dir = tmp.join("img");
-    std::fs::create_dir_all(&dir).unwrap();
-    let layer = tmp.join("layer");
-    random_file(&layer, 32);
-    let digest = layout_image(&dir, &layer);
-    let token = granted(&shim, &dir).await;
+    let (_tmp, digest, token) = granted_layout(&shim, "cut", 32).await;
     let (proxy, cuts) =
         test_support::cutting_proxy_on("127.0.0.2:0", shim.addr.clone(), 4 << 20, 8 << 20)
             .await
@@ -147,13 +142,7 @@ async fn a_source_cut_midway_is_a_cut_for_the_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_and_stalled_readers_are_closed() {
     let shim = source_shim();
-    let tmp = scratch("idle");
-    let dir = tmp.join("img");
-    std::fs::create_dir_all(&dir).unwrap();
-    let layer = tmp.join("layer");
-    random_file(&layer, 64);
-    let digest = layout_image(&dir, &layer);
-    let token = granted(&shim, &dir).await;
+    let (_tmp, digest, token) = granted_layout(&shim, "idle", 64).await;
     let env = [
         ("STEPSHIM_FORWARD_IDLE_TIMEOUT", "1"),
         ("STEPSHIM_FORWARD_MAX_CONNECTIONS", "1"),

@@ -150,6 +150,20 @@ pub fn scratch(name: &str) -> Scratch {
     Scratch(d)
 }
 
+/// An OCI layout (the image `img`) holding one layer of `mib` MiB of random bytes, in a new
+/// scratch directory `name`, granted on `shim`: (the scratch, the layer's digest, the grant's
+/// token).
+pub async fn granted_layout(shim: &Shim, name: &str, mib: u64) -> (Scratch, String, String) {
+    let tmp = scratch(name);
+    let dir = tmp.join("img");
+    std::fs::create_dir_all(&dir).unwrap();
+    let layer = tmp.join("layer");
+    random_file(&layer, mib);
+    let digest = layout_image(&dir, &layer);
+    let token = granted(shim, &dir).await;
+    (tmp, digest, token)
+}
+
 /// Registers a grant on `path` (no use limit) and returns its token.
 pub async fn granted(shim: &Shim, path: &Path) -> String {
     let token = test_support::random_hex(16);
