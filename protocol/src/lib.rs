@@ -15,6 +15,8 @@
 //! - [`query`]: query parameter names.
 //! - [`settings`]: `STEPSHIM_*` names, the port and the probe path.
 //! - [`forward`]: the node-local forwarder's port, pull credentials and `STEPSHIM_FORWARD_*` names.
+//! - [`registry`]: the image routes under `/v2/` (4.12): paths, names, references, digests, Basic
+//!   credentials, and the image documents the shim reads and writes.
 //! - [`token`]: the token hash a shim is configured with.
 //! - [`signal`]: signal names and numbers accepted by the signal route.
 //! - `object`: request bodies deserialize from JSON objects only, never arrays.

@@ -23,9 +23,7 @@ use std::path::{Component, Path};
 
 mod beneath;
 mod commit;
-mod contents;
 mod guard;
-mod links;
 mod meta;
 mod open;
 mod pack;

@@ -17,11 +17,15 @@
 //! - `pump`: copies a process's output into its output log, drains, writes the exit frame.
 //! - `output_log`: a process's output, memory then spill file, with frame boundary checks.
 //! - `stdin`: offset-idempotent stdin writes.
-//! - `files`: tar extraction (hostile input) and archiving.
+//! - `files`: tar extraction (hostile input), archiving and removal, every tree walked by
+//!   directory descriptor.
+//! - `image`: images from a step's directories (`/v2/`): an OCI layout as it is, `rootfs/` as one
+//!   layer.
 //! - `grants`, `pull`: artifacts between shims: read grants on a source, pulls on a destination.
 //! - `owners`: which owners an upload or a pull may give (`CAP_CHOWN`, or the shim's own ids).
 //! - `properties`: the pod's name to value store, in memory only.
-//! - `http`: connections, auth, routing and handlers; `auth`, `metrics`, `error` serve it.
+//! - `http`: connections, routing and handlers; `auth` (who a request is: credentials parsed
+//!   once), `metrics`, `error` serve it.
 //! - `order`: the shim's sorts, through one instantiation; `blocking`: work off the runtime
 //!   thread, through one task type.
 //! - `user`, `clock`: `/etc/passwd` lookups, RFC 3339 times.

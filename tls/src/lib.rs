@@ -7,6 +7,10 @@
 //! - [`server_config`] presents a carrier certificate of the key and signs handshakes with it; no
 //!   session tickets, no early data.
 //! - [`client_config`] accepts a server only if its handshake signature verifies under the pin.
+//!
+//! # Layout
+//! - `cert`: the carrier certificate of the key (self-signed, no extensions) and its PKCS #8 form.
+//! - `verify`: the client's check: the handshake's signature under the pinned key.
 
 mod cert;
 mod verify;

@@ -21,11 +21,14 @@
 //! extraction creates: parents made by `open_dirs` as they are created, `DIR`'s missing components
 //! in `commit.rs`; hard links get none (they are their target's inode).
 //!
-//! Regular files are written by `contents.rs` (sparse: a run of zeros, as a GNU sparse entry's
+//! Regular files are written by `unpack/contents.rs` (sparse: a run of zeros, as a GNU sparse entry's
 //! holes come from the `tar` crate, is skipped with a seek; modes, mtimes and owners set through the
-//! file's own fd after its contents), symlinks and hard links by `links.rs`. Directories get their
+//! file's own fd after its contents), symlinks and hard links by `unpack/links.rs`. Directories get their
 //! metadata after the commit, deepest first, through fds opened below the target; the target
 //! directory's own metadata (a `./` entry) is never applied.
+
+mod contents;
+mod links;
 
 use std::cell::Cell;
 use std::ffi::{OsStr, OsString};
@@ -38,11 +41,11 @@ use tar::{Archive, EntryType, Header};
 
 use super::beneath::{Missing, Resolve, kind_at, open_dirs};
 use super::commit::{Explicit, Staged, blocked, finish_dirs};
-use super::contents::{ALIGN, COPY_BUF, Parent};
 use super::guard::{Guard, Limits};
 use super::meta::Meta;
 use super::{FilesError, check_request_path, entry_components, refused};
 use crate::sys::fs::{self as sysfs, Kind};
+use contents::{ALIGN, COPY_BUF, Parent};
 use protocol::owner::Owner;
 
 /// What an extraction wrote.
@@ -127,7 +130,7 @@ pub fn extract_with<R: Read>(
 }
 
 /// An [`FilesError::Io`] for `what` (a verb phrase) on the entry `shown`.
-pub(super) fn io_err(what: &str, shown: &str, source: io::Error) -> FilesError {
+fn io_err(what: &str, shown: &str, source: io::Error) -> FilesError {
     FilesError::Io {
         context: format!("{what} {shown:?}"),
         source,
@@ -135,24 +138,24 @@ pub(super) fn io_err(what: &str, shown: &str, source: io::Error) -> FilesError {
 }
 
 /// A tar stream error: the stream itself is broken (or could not be read).
-pub(super) fn corrupt(err: io::Error) -> FilesError {
+fn corrupt(err: io::Error) -> FilesError {
     FilesError::InvalidTar(err.to_string())
 }
 
 /// The state of one extraction.
-pub(super) struct Unpacker<'a> {
+struct Unpacker<'a> {
     /// The staging copy of the target directory.
-    pub(crate) root: BorrowedFd<'a>,
+    root: BorrowedFd<'a>,
     /// The target directory when it existed before, for hard links to files already there.
-    pub(crate) existing: Option<BorrowedFd<'a>>,
-    pub(crate) opts: Options,
+    existing: Option<BorrowedFd<'a>>,
+    opts: Options,
     /// Directories seen, by components below the root, with the metadata to give them at the end.
     dirs: Vec<(Vec<OsString>, Meta)>,
-    pub(crate) stats: ExtractStats,
+    stats: ExtractStats,
     /// File contents go through it ([`COPY_BUF`] bytes, aligned for direct I/O, in it).
-    pub(crate) buf: Vec<u8>,
+    buf: Vec<u8>,
     /// The parent of the last entry placed, kept open for the next entries in the same directory.
-    pub(crate) parent: Option<Rc<Parent>>,
+    parent: Option<Rc<Parent>>,
 }
 
 impl Unpacker<'_> {
@@ -249,7 +252,7 @@ impl Unpacker<'_> {
     /// entry. The staging directory is the shim's own and mode 0700, so nobody but root moves a
     /// directory in it meanwhile, and a kept fd stays the directory it was opened as, beneath the
     /// root without symlinks, whatever is renamed later.
-    pub(super) fn place<'c>(
+    fn place<'c>(
         &mut self,
         shown: &str,
         comps: &[&'c OsStr],
@@ -278,7 +281,7 @@ impl Unpacker<'_> {
     /// Makes room at `name` in `parent` for a new entry that is not a directory: removes what is
     /// there (a file or symlink is unlinked, never followed; a directory only if empty, which
     /// also forgets the kept parent, in case it was that directory).
-    pub(super) fn clear(
+    fn clear(
         &mut self,
         shown: &str,
         parent: BorrowedFd<'_>,

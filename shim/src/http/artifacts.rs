@@ -16,26 +16,6 @@ use super::process::wait_of;
 use crate::error::Error;
 use crate::grants::Granted;
 
-/// The grant a request's token names (after the pod token did not match): 401 when none does, or
-/// when it expired or was used up.
-pub(crate) fn grant_of(
-    app: &App,
-    bearer: Option<&[u8]>,
-    proxy: Option<&[u8]>,
-) -> Result<Granted, Error> {
-    let from_bearer = bearer.and_then(|v| {
-        v.get(..7)
-            .filter(|s| s.eq_ignore_ascii_case(b"bearer "))
-            .map(|_| &v[7..])
-    });
-    for token in [from_bearer, proxy].into_iter().flatten() {
-        if let Some(found) = app.grants.authenticate(token) {
-            return found;
-        }
-    }
-    Err(Error::Unauthorized)
-}
-
 /// A grant token may only `GET /v1/files` with a path under its grant (one use counted), in a slot
 /// of the grants' transfer pool, which this takes; a refusal is counted for `/metrics`. A full pool
 /// answers 503 before a use is counted, so a pull that retries it keeps its uses.

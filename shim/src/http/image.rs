@@ -157,40 +157,21 @@ async fn serve(
 #[derive(serde::Serialize)]
 struct Empty {}
 
-/// The grant whose token the request carries; the pod's own token is refused here.
+/// The grant whose token the request carries (Bearer, Basic password or `X-Stepshim-Token`); the
+/// pod's own token is refused here.
 fn grant(app: &App, req: &Request<Incoming>) -> Result<Granted, Refusal> {
-    let h = req.headers();
-    let auth = h.get(header::AUTHORIZATION).map(|v| v.as_bytes());
-    let bearer = auth.and_then(|v| {
-        v.get(..7)
-            .filter(|s| s.eq_ignore_ascii_case(b"bearer "))
-            .map(|_| v[7..].to_vec())
-    });
-    let basic = auth.and_then(reg::basic_password);
-    let proxy = h
-        .get(protocol::token::PROXY_HEADER)
-        .map(|v| v.as_bytes().to_vec());
-    let tokens = [bearer, basic, proxy];
-    if let Some(want) = &app.token_sha256
-        && tokens
-            .iter()
-            .flatten()
-            .any(|t| crate::auth::matches(t, want))
-    {
-        return Err(Refusal::denied(
+    use crate::auth::{Caller, Credentials};
+    let creds = Credentials::of(req.headers(), true);
+    match creds.caller(app.token_sha256.as_ref(), &app.grants) {
+        Caller::Grant(g) => Ok(g),
+        Caller::Pod => Err(Refusal::denied(
             "images are served to grant tokens only: make a grant (POST /v1/grants) and use its token",
-        ));
+        )),
+        Caller::Lapsed(e) => Err(Refusal::unauthorized(e.to_string())),
+        Caller::Nobody => Err(Refusal::unauthorized(
+            "a grant token is required (the password of Basic credentials, or Bearer)",
+        )),
     }
-    for t in tokens.iter().flatten() {
-        match app.grants.authenticate(t) {
-            Some(Ok(g)) => return Ok(g),
-            Some(Err(e)) => return Err(Refusal::unauthorized(e.to_string())),
-            None => {}
-        }
-    }
-    Err(Refusal::unauthorized(
-        "a grant token is required (the password of Basic credentials, or Bearer)",
-    ))
 }
 
 /// The directory the repository `name` names below the grant's path (its first component is the

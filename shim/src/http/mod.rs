@@ -246,23 +246,22 @@ async fn dispatch(
 }
 
 /// Checks the request's token: the shim's own lets it through (`None`), a read grant's gives
-/// that grant (for the caller to hold the request to); anything else is refused.
+/// that grant (for the caller to hold the request to); anything else is refused. A shim without a
+/// token (`STEPSHIM_INSECURE_NO_AUTH`) lets everything through.
 fn authenticate(
     app: &App,
     req: &Request<Incoming>,
 ) -> Result<Option<crate::grants::Granted>, Error> {
+    use crate::auth::{Caller, Credentials};
     let Some(want) = &app.token_sha256 else {
         return Ok(None);
     };
-    let headers = req.headers();
-    let bearer = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
-    let proxy = headers
-        .get(protocol::token::PROXY_HEADER)
-        .map(|v| v.as_bytes());
-    if crate::auth::check(bearer, proxy, want) {
-        return Ok(None);
+    match Credentials::of(req.headers(), false).caller(Some(want), &app.grants) {
+        Caller::Pod => Ok(None),
+        Caller::Grant(g) => Ok(Some(g)),
+        Caller::Lapsed(e) => Err(e),
+        Caller::Nobody => Err(Error::Unauthorized),
     }
-    artifacts::grant_of(app, bearer, proxy).map(Some)
 }
 
 /// Runs the handler of an authenticated request's `route`, once its method is one the route takes;

@@ -105,6 +105,16 @@ fn wire(_pin: Option<&str>) -> Result<http1::Wire, Error> {
     ))
 }
 
+/// What one request to the source came to.
+enum Attempt {
+    /// The source answered the stream: read it.
+    Connected,
+    /// Nothing another request could change (a refusal, another tree): the pull fails.
+    GiveUp(String),
+    /// A failure another request may not meet (a cut connection, a busy source).
+    Retry(String),
+}
+
 /// The stream across connections, read by the extraction.
 pub(crate) struct Fetch<'a> {
     pull: &'a Pull,
@@ -158,9 +168,9 @@ impl<'a> Fetch<'a> {
                 return Err(self.fail("cancelled".into()));
             }
             let why = match self.attempt() {
-                Ok(Ok(())) => return Ok(()),
-                Ok(Err(fatal)) => return Err(self.fail(fatal)),
-                Err(retry) => retry,
+                Attempt::Connected => return Ok(()),
+                Attempt::GiveUp(fatal) => return Err(self.fail(fatal)),
+                Attempt::Retry(why) => why,
             };
             self.failures += 1;
             let (retries, setting) = self.retries();
@@ -186,8 +196,8 @@ impl<'a> Fetch<'a> {
         }
     }
 
-    /// One request: `Ok(Ok)` connected, `Ok(Err)` give up, `Err` try again.
-    fn attempt(&mut self) -> Result<Result<(), String>, String> {
+    /// One request to the source, and what came of it.
+    fn attempt(&mut self) -> Attempt {
         let mut target = self.source.target.clone();
         if self.got > 0 {
             target.push_str(&format!("&{}={}", query::OFFSET, self.got));
@@ -210,9 +220,9 @@ impl<'a> Fetch<'a> {
             // Another key answered: retrying cannot change that.
             Err(e) if http1::is_refusal(&e) => {
                 self.pull.lock().reached = true;
-                return Ok(Err(format!("refused the source {auth}: {e}")));
+                return Attempt::GiveUp(format!("refused the source {auth}: {e}"));
             }
-            Err(e) => return Err(format!("requesting from {auth}: {e}")),
+            Err(e) => return Attempt::Retry(format!("requesting from {auth}: {e}")),
         };
         self.pull.lock().reached = true;
         if resp.status != 200 {
@@ -224,25 +234,21 @@ impl<'a> Fetch<'a> {
             let body = String::from_utf8_lossy(&body);
             let why = format!("the source answered {status}: {}", body.trim());
             return if status == 503 {
-                Err(why)
+                Attempt::Retry(why)
             } else {
-                Ok(Err(why))
+                Attempt::GiveUp(why)
             };
         }
         let (Some(etag), Some(total)) = (resp.etag.clone(), resp.stream_length) else {
-            return Ok(Err(
+            return Attempt::GiveUp(
                 "the source sent no ETag or stream length: it cannot resume".into(),
-            ));
+            );
         };
         if total < TAIL || self.total.is_some_and(|t| t != total) {
-            return Ok(Err(format!(
-                "the source's stream length {total} is unusable"
-            )));
+            return Attempt::GiveUp(format!("the source's stream length {total} is unusable"));
         }
         if self.etag.as_deref().is_some_and(|e| e != etag) {
-            return Ok(Err(
-                "the source's tree changed between two connections".into()
-            ));
+            return Attempt::GiveUp("the source's tree changed between two connections".into());
         }
         if self.got > 0 {
             self.pull.lock().resumes += 1;
@@ -252,7 +258,7 @@ impl<'a> Fetch<'a> {
         self.total = Some(total);
         self.pull.lock().total = Some(total);
         self.conn = Some(resp);
-        Ok(Ok(()))
+        Attempt::Connected
     }
 
     /// Reads stream bytes into `buf` (never past `limit` of the stream), hashing them; a failed

@@ -1,4 +1,4 @@
-//! A regular file of an extraction (`unpack.rs`): created anew in its (already opened) parent,
+//! A regular file of an extraction (`files/unpack.rs`): created anew in its (already opened) parent,
 //! its contents streamed through one buffer with runs of zeros skipped as holes (a large file's
 //! written with `O_DIRECT`, see `Limits::direct_min`), then owner, mode and mtime set through its own fd.
 //!
@@ -18,9 +18,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use super::meta::{Meta, apply};
-use super::unpack::{Unpacker, corrupt, io_err};
-use super::{FilesError, refused};
+use super::{Unpacker, corrupt, io_err};
+use crate::files::meta::{Meta, apply};
+use crate::files::{FilesError, refused};
 use crate::sys::direct::set_direct;
 use crate::sys::fs as sysfs;
 
@@ -66,10 +66,10 @@ fn is_hole(buf: &[u8]) -> bool {
 #[derive(Debug)]
 pub(super) struct Parent {
     /// Its components below the staging root.
-    pub(crate) comps: Vec<std::ffi::OsString>,
-    pub(crate) fd: OwnedFd,
+    pub(super) comps: Vec<std::ffi::OsString>,
+    pub(super) fd: OwnedFd,
     /// What a file created in it gets, once the first one was asked.
-    pub(crate) learned: Cell<Option<Learned>>,
+    pub(super) learned: Cell<Option<Learned>>,
 }
 
 /// What a file created in a directory gets: its owner, and whether a mode survived creation.

@@ -1,4 +1,4 @@
-//! Symlinks and hard links of an extraction (`unpack.rs`). A symlink's target is stored as given
+//! Symlinks and hard links of an extraction (`files/unpack.rs`). A symlink's target is stored as given
 //! and never followed by later entries (parents are opened without symlinks); its own mtime is
 //! kept. A hard link's target
 //! must be a regular file already below the root (staged, else in the existing target directory),
@@ -7,10 +7,10 @@
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
 
-use super::beneath::{Blocked, Missing, kind_at, open_dirs, remove_tree};
-use super::meta::Meta;
-use super::unpack::{Unpacker, io_err};
-use super::{FilesError, refused};
+use super::{Unpacker, io_err};
+use crate::files::beneath::{Blocked, Missing, kind_at, open_dirs, remove_tree};
+use crate::files::meta::Meta;
+use crate::files::{FilesError, refused};
 use crate::sys::fs::{self as sysfs, Kind};
 
 impl Unpacker<'_> {
