@@ -79,7 +79,12 @@ run() {
 run smoke 300 "$here/smoke"
 if [[ -d $here/tests.d ]]; then
     for t in "$here"/tests.d/*; do
-        [[ -f $t && -x $t ]] || continue
+        # A file CI would not run fails instead of being skipped in silence.
+        if [[ ! -f $t || ! -x $t ]]; then
+            failed=$((failed + 1))
+            echo "cluster-ci: FAIL tests.d/$(basename "$t") (not an executable file: chmod +x it)" >&2
+            continue
+        fi
         # A test may state its own budget in a "# budget: SECONDS" line; 1200 s otherwise.
         budget=$(sed -n 's/^# budget: \([0-9][0-9]*\)$/\1/p' "$t" | head -n 1)
         run "tests.d/$(basename "$t")" "${STEPSHIM_CLUSTER_TEST_TIMEOUT:-${budget:-1200}}" "$t"

@@ -41,7 +41,7 @@ func readClusterEnv(t *testing.T) clusterEnv {
 		keyFile: get("STEPSHIM_KIT_KEY"), stepImage: get("STEPSHIM_KIT_STEP_IMAGE"),
 		shimImage: get("STEPSHIM_KIT_SHIM_IMAGE"), tree: get("STEPSHIM_VOLS_TREE")}
 	if len(missing) > 0 {
-		t.Fatalf("the cluster test needs %s (tests/cluster/tests.d/85-atc-volumes sets them)", strings.Join(missing, ", "))
+		t.Fatalf("the cluster test needs %s (tests/cluster/tests.d/87-atc-volumes sets them)", strings.Join(missing, ", "))
 	}
 	return e
 }

@@ -6,7 +6,7 @@
 // gone, timed against a cold fill; the holder deleted (an empty cache, no failure, a new holder made
 // when a cache is kept again); GC by desired set; then what streaming costs on the pod network, raw
 // against zstd, s2 and gzip through the caller, and the pod-to-pod pull. tests/cluster/tests.d/
-// 85-atc-volumes builds and runs it. Each check prints one "85-atc-volumes: ok:" line.
+// 87-atc-volumes builds and runs it. Each check prints one "87-atc-volumes: ok:" line.
 
 package atcruntime
 
@@ -21,7 +21,7 @@ import (
 	"stepshim.dev/protocol/go/k8s"
 )
 
-func ok(format string, args ...any) { fmt.Printf("85-atc-volumes: ok: "+format+"\n", args...) }
+func ok(format string, args ...any) { fmt.Printf("87-atc-volumes: ok: "+format+"\n", args...) }
 
 func TestVolumesCluster(t *testing.T) {
 	e := readClusterEnv(t)
