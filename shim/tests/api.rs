@@ -13,7 +13,24 @@ async fn every_route_but_healthz_needs_the_token() {
     let shim = Shim::start();
     let (status, _, body) = raw(&shim.addr, "GET", "/healthz", None, b"").await;
     assert_eq!((status, body.as_slice()), (200, b"ok\n".as_slice()));
-    run(&shim.client, "secret", &sh("echo private")).await;
+    // A running process that a refused stdin write, signal or delete would change.
+    let mut spec = sh("echo private; cat");
+    spec.stdin = true;
+    shim.client.spawn("secret", &spec).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let before = loop {
+        let p = shim.client.get("secret").await.unwrap();
+        if p.output_end > 0 {
+            break p;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no output from secret"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    let upload = std::env::temp_dir().join(format!("stepshim-api-{}", common::random_hex(4)));
+    let put_files = format!("/v1/files?path={}", upload.display());
     let routes = [
         ("GET", "/v1/info"),
         ("GET", "/v1/processes"),
@@ -25,12 +42,12 @@ async fn every_route_but_healthz_needs_the_token() {
         ("POST", "/v1/processes/secret/resize"),
         ("DELETE", "/v1/processes/secret?force=1"),
         ("GET", "/v1/files?path=/etc/hostname"),
-        ("PUT", "/v1/files?path=/tmp/x"),
+        ("PUT", put_files.as_str()),
         ("GET", "/metrics"),
         ("GET", "/no/such/route"),
     ];
     for token in [None, Some("wrong-token"), Some("")] {
-        for (method, path) in routes {
+        for &(method, path) in &routes {
             let (status, head, body) = raw(&shim.addr, method, path, token, b"{}").await;
             assert_eq!(status, 401, "{method} {path} with {token:?}");
             assert_eq!(error_code(&body), "unauthorized");
@@ -40,13 +57,26 @@ async fn every_route_but_healthz_needs_the_token() {
             );
         }
     }
-    // Nothing was touched by the refused requests.
-    let p = shim.client.get("secret").await.unwrap();
+    // Nothing was touched by the refused requests: no stdin fed, no signal or delete, no spawn,
+    // no upload.
+    let after = shim.client.get("secret").await.unwrap();
     assert_eq!(
-        p.output_end,
-        shim.client.get("secret").await.unwrap().output_end
+        (after.state, after.output_end, after.stdin_offset),
+        (protocol::State::Running, before.output_end, 0),
+        "{after:?}"
     );
-    assert!(shim.client.get("x").await.is_err());
+    let err = shim.client.get("x").await.unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some(protocol::ErrorCode::ProcessNotFound),
+        "{err}"
+    );
+    assert!(
+        !upload.exists(),
+        "a refused upload wrote {}",
+        upload.display()
+    );
+    shim.client.delete("secret", true).await.unwrap();
     let wrong = ShimClient::new(&shim.url(), Some("nope".into())).unwrap();
     assert_eq!(
         wrong.info().await.unwrap_err().code(),
