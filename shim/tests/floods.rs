@@ -133,6 +133,11 @@ fn check(what: &str, seen: &Probes) {
     assert!(spawn < Duration::from_secs(1), "{what}: {seen:?}");
     assert!(seen.rss_kib < 64 * 1024, "{what}: {seen:?}");
     assert!(seen.fds < CAP + 200, "{what}: {seen:?}");
+    // The flood reached the shim: it held connections up to its cap at some point.
+    assert!(
+        seen.fds > CAP * 3 / 4,
+        "{what}: the flood never filled the cap: {seen:?}"
+    );
 }
 
 /// One attacker connection at a time per task, reconnecting when the shim closes it, until `stop`.
@@ -210,9 +215,12 @@ async fn floods_of_slow_and_idle_connections_leave_the_shim_serving() {
     for t in tasks {
         t.await.unwrap();
     }
-    eprintln!(
-        "slow headers: {} MiB sent",
-        sent.load(Ordering::Relaxed) >> 20
+    let sent = sent.load(Ordering::Relaxed);
+    eprintln!("slow headers: {} MiB sent", sent >> 20);
+    // At least one header line from each of the 3,000 on average.
+    assert!(
+        sent >= 3000 * 3800,
+        "the slow headers were not sent: {sent} bytes"
     );
     check("3,000 slow-header connections", &seen);
     drop(shim);
@@ -225,6 +233,12 @@ async fn floods_of_slow_and_idle_connections_leave_the_shim_serving() {
         .map(|_| attackers.spawn(idle(shim.addr.clone(), stop.clone(), open.clone())))
         .collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = open.load(Ordering::Relaxed);
+    eprintln!("idle: {held} connections open");
+    assert!(
+        held as usize > CAP,
+        "only {held} idle connections were open"
+    );
     let seen = probe(&shim, Instant::now() + Duration::from_secs(6), "idle").await;
     stop.store(true, Ordering::Relaxed);
     check("4,100 idle connections", &seen);
