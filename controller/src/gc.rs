@@ -16,14 +16,15 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{ListParams, PostParams};
 use serde::Serialize;
 
+use crate::hermetic::select_policies;
 use crate::manifests::{POD_VERBS, POLICY_VERBS, PROXY_VERBS, SECRET_VERBS, UNNEEDED};
-use crate::runtime::{Runtime, RuntimeError};
+use crate::podspec::{HERMETIC_LABEL, WORKER_LABEL, label_value};
+use crate::runtime::{Runtime, RuntimeError, policy};
 use crate::via::Via;
 
 /// The pods to collect at `now`: not in `desired`, not already being deleted, and older than
@@ -34,7 +35,7 @@ pub fn select<'a>(
     grace: Duration,
     now: Timestamp,
 ) -> Vec<String> {
-    select_objects(
+    crate::selection::select_objects(
         pods.into_iter().map(|p| &p.metadata),
         |m| m.name.as_ref(),
         desired,
@@ -43,30 +44,42 @@ pub fn select<'a>(
     )
 }
 
-/// The names of the objects to delete at `now`: not already being deleted, at least `grace` old
-/// (one without a creation time counts as new: it may be being created), and whose pod (`pod_of`:
-/// a pod's own name, or the pod a Secret or a policy was made for) is not in `keep`.
-pub fn select_objects<'a>(
-    metas: impl IntoIterator<Item = &'a ObjectMeta>,
-    pod_of: impl Fn(&'a ObjectMeta) -> Option<&'a String>,
-    keep: &HashSet<String>,
-    grace: Duration,
-    now: Timestamp,
-) -> Vec<String> {
-    metas
-        .into_iter()
-        .filter(|m| m.deletion_timestamp.is_none())
-        .filter_map(|m| {
-            let name = m.name.clone()?;
-            let pod = pod_of(m)?;
-            let age = m
-                .creation_timestamp
-                .as_ref()
-                .and_then(|t| now.duration_since(t.0).try_into().ok())
-                .unwrap_or(Duration::ZERO);
-            (!keep.contains(pod) && age >= grace).then_some(name)
-        })
-        .collect()
+/// Deletes the worker's hermetic pods' policies whose pod is gone, once at least `grace` old;
+/// returns their names. Credentials without rights on networkpolicies (a Role from before hermetic
+/// pods) make it a no-op.
+pub async fn collect_policies(rt: &Runtime, grace: Duration) -> Result<Vec<String>, RuntimeError> {
+    let selector = format!(
+        "{WORKER_LABEL}={},{HERMETIC_LABEL}",
+        label_value(&rt.worker)
+    );
+    let list = match policy::api(rt)
+        .list(&ListParams::default().labels(&selector))
+        .await
+    {
+        Ok(list) => list,
+        Err(kube::Error::Api(e)) if e.code == 403 => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(RuntimeError::Policy {
+                name: format!("list {selector}"),
+                source,
+            });
+        }
+    };
+    let pods: HashSet<String> = rt
+        .pods()
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    let chosen = select_policies(&list.items, &pods, grace, Timestamp::now());
+    for name in &chosen {
+        policy::delete(rt, name)
+            .await
+            .map_err(|source| RuntimeError::Policy {
+                name: name.clone(),
+                source,
+            })?;
+    }
+    Ok(chosen)
 }
 
 /// Deletes the worker's pods not in `desired` that are older than `grace`; returns their names.

@@ -1,7 +1,8 @@
-//! Hermetic step pods ([`StepSpec::hermetic`]), as the Go kit's hermetic.go: the pod's own
-//! NetworkPolicy, created before the pod so that the step never runs without it, then owned by the
-//! pod (Kubernetes deletes it with the pod; [`collect_policies`] deletes those a controller that
-//! died in between left).
+//! Hermetic step pods (`StepSpec::hermetic`), as the Go kit's hermetic.go, the pure part: the
+//! pod's own NetworkPolicy, which the runtime creates before the pod so that the step never runs
+//! without it and then makes the pod its owner (Kubernetes deletes it with the pod;
+//! `gc::collect_policies` deletes those a controller that died in between left, by
+//! [`select_policies`]).
 //!
 //! The policy selects exactly that pod, by the label [`HERMETIC_LABEL`]`=<pod name>` that only a
 //! hermetic pod carries, and is of type Egress only: everything the pod sends is denied but TCP to
@@ -15,22 +16,15 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
-use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 
-use crate::podspec::{SHIM_PORT, StepSpec, WORKER_LABEL, label_value};
-use crate::runtime::{Runtime, RuntimeError};
-
-/// The label, valued with the pod's name, of a hermetic pod and of its policy: the policy selects
-/// the pod by it and gc lists the policies by it.
-pub const HERMETIC_LABEL: &str = "stepshim.dev/hermetic";
+pub use crate::podspec::HERMETIC_LABEL;
+use crate::podspec::{SHIM_PORT, WORKER_LABEL, label_value};
 
 /// The name of pod `pod`'s NetworkPolicy.
 pub fn policy_name(pod: &str) -> String {
@@ -97,105 +91,13 @@ pub fn select_policies<'a>(
     grace: Duration,
     now: Timestamp,
 ) -> Vec<String> {
-    crate::gc::select_objects(
+    crate::selection::select_objects(
         policies.into_iter().map(|p| &p.metadata),
         |m| m.labels.as_ref()?.get(HERMETIC_LABEL),
         pods,
         grace,
         now,
     )
-}
-
-fn api(rt: &Runtime) -> Api<NetworkPolicy> {
-    Api::namespaced(rt.client.clone(), &rt.namespace)
-}
-
-/// Deletes policy `name`; one already gone is not an error.
-pub(crate) async fn delete(rt: &Runtime, name: &str) -> Result<(), kube::Error> {
-    match api(rt).delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// Creates the policy of hermetic `spec`, replacing one an earlier attempt left unless its pod is
-/// still there (then nothing changes, and the pod's create answers 409).
-pub(crate) async fn create(
-    rt: &Runtime,
-    spec: &StepSpec,
-    pods: &Api<Pod>,
-) -> Result<(), RuntimeError> {
-    check(&spec.name).map_err(RuntimeError::BadSpec)?;
-    let policies = api(rt);
-    let policy = policy(&rt.worker, &spec.name);
-    let name = policy_name(&spec.name);
-    let failed = |source| RuntimeError::Policy {
-        name: name.clone(),
-        source,
-    };
-    match policies.create(&PostParams::default(), &policy).await {
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            if pods.get_opt(&spec.name).await?.is_some() {
-                // The pod's own create answers 409, and the policy stays.
-                return Ok(());
-            }
-            delete(rt, &name).await.map_err(failed)?;
-            policies
-                .create(&PostParams::default(), &policy)
-                .await
-                .map_err(failed)?;
-        }
-        other => {
-            other.map_err(failed)?;
-        }
-    }
-    Ok(())
-}
-
-/// Makes pod `pod` (of `uid`) the owner of its policy; a failure is logged (gc deletes the
-/// policy once the pod is gone).
-pub(crate) async fn own(rt: &Runtime, pod: &str, uid: &str) {
-    let patch = Patch::Merge(crate::image::owner_patch(pod, uid));
-    let name = policy_name(pod);
-    if let Err(e) = api(rt).patch(&name, &PatchParams::default(), &patch).await {
-        tracing::warn!(policy = name, "cannot make pod {pod} its owner: {e}");
-    }
-}
-
-/// Deletes the worker's hermetic pods' policies whose pod is gone, once at least `grace` old;
-/// returns their names. Credentials without rights on networkpolicies (a Role from before hermetic
-/// pods) make it a no-op.
-pub async fn collect_policies(rt: &Runtime, grace: Duration) -> Result<Vec<String>, RuntimeError> {
-    let selector = format!(
-        "{WORKER_LABEL}={},{HERMETIC_LABEL}",
-        label_value(&rt.worker)
-    );
-    let list = match api(rt).list(&ListParams::default().labels(&selector)).await {
-        Ok(list) => list,
-        Err(kube::Error::Api(e)) if e.code == 403 => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(RuntimeError::Policy {
-                name: format!("list {selector}"),
-                source,
-            });
-        }
-    };
-    let pods: HashSet<String> = rt
-        .pods()
-        .iter()
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
-    let chosen = select_policies(&list.items, &pods, grace, Timestamp::now());
-    for name in &chosen {
-        delete(rt, name)
-            .await
-            .map_err(|source| RuntimeError::Policy {
-                name: name.clone(),
-                source,
-            })?;
-    }
-    Ok(chosen)
 }
 
 #[cfg(test)]

@@ -294,7 +294,7 @@ pub fn select_secrets<'a>(
     grace: Duration,
     now: Timestamp,
 ) -> Vec<String> {
-    crate::gc::select_objects(
+    crate::selection::select_objects(
         secrets.into_iter().map(|s| &s.metadata),
         |m| {
             m.annotations

@@ -17,6 +17,9 @@ use container::{delivery, main_container};
 
 /// The label every pod of a worker carries; GC and the watcher select on it.
 pub const WORKER_LABEL: &str = "org.concourse-ci.worker";
+/// The label, valued with the pod's name, of a hermetic pod and of its policy: the policy selects
+/// the pod by it and gc lists the policies by it.
+pub const HERMETIC_LABEL: &str = "stepshim.dev/hermetic";
 /// Label and annotation naming the build.
 pub const BUILD_LABEL: &str = "org.concourse-ci.build";
 /// Label and annotation naming the step.
@@ -95,7 +98,7 @@ pub struct StepSpec {
     /// Cut the pod off the network: [`crate::runtime::Runtime::create_pod`] first creates the
     /// pod's own NetworkPolicy ([`crate::hermetic`]), which the pod then owns, denying all egress
     /// but to the shim port of the worker's pods. The pod carries the label
-    /// [`crate::hermetic::HERMETIC_LABEL`] with its name, which must be a label value.
+    /// [`HERMETIC_LABEL`] with its name, which must be a label value.
     pub hermetic: bool,
     /// A ConfigMap mounted read-only at `/etc/ssl/certs` of the main container in place of the
     /// image's directory (the worker's CA bundle).
@@ -242,10 +245,7 @@ fn metadata(spec: &StepSpec, worker: &str) -> ObjectMeta {
         }
     }
     if spec.hermetic {
-        labels.insert(
-            crate::hermetic::HERMETIC_LABEL.to_owned(),
-            spec.name.clone(),
-        );
+        labels.insert(HERMETIC_LABEL.to_owned(), spec.name.clone());
     }
     ObjectMeta {
         name: Some(spec.name.clone()),

@@ -15,7 +15,6 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use thiserror::Error;
 
-use crate::hermetic;
 use crate::podspec::{self, SHIM_PORT, StepSpec, WORKER_LABEL};
 pub use crate::progress::{Progress, failing_container, progress};
 use crate::token::Key;
@@ -23,6 +22,7 @@ use crate::via::{self, ApiProxy, Via};
 use crate::watch::{PodWatch, WatchError};
 use client::{ClientError, ShimClient, TokenHeader};
 
+pub(crate) mod policy;
 mod ready;
 
 /// What identifies a target.
@@ -225,17 +225,17 @@ impl Runtime {
         if !spec.hermetic {
             return Ok(self.pods.create(&PostParams::default(), &pod).await?);
         }
-        hermetic::create(self, spec, &self.pods).await?;
+        policy::create(self, spec, &self.pods).await?;
         match self.pods.create(&PostParams::default(), &pod).await {
             Ok(created) => {
                 let uid = created.metadata.uid.clone().unwrap_or_default();
-                hermetic::own(self, &spec.name, &uid).await;
+                policy::own(self, &spec.name, &uid).await;
                 Ok(created)
             }
             Err(e) => {
                 // A pod of that name already there may be the policy's: leave the policy to gc.
                 if !matches!(&e, kube::Error::Api(a) if a.code == 409) {
-                    let _ = hermetic::delete(self, &hermetic::policy_name(&spec.name)).await;
+                    let _ = policy::delete(self, &crate::hermetic::policy_name(&spec.name)).await;
                 }
                 Err(e.into())
             }

@@ -25,6 +25,7 @@
 //! - `service`: one request: checks, the source's answer streamed back.
 //! - `route`: the pull routes, the source address and the credentials, checked (no I/O).
 //! - `upstream`: one request to a source shim, plain or TLS-pinned, its body streaming.
+//! - `wire`: how a source is reached and the token presented there (the pull secret's credentials).
 //! - `answer`: the forwarder's own answers, each refusal mapped once to status, code and message.
 //! - `idle`: the clock of a connection's last byte.
 //! - `sys`: the one `unsafe` call, the node's interface addresses (`getifaddrs`).
@@ -39,6 +40,7 @@ mod service;
 mod slots;
 mod sys;
 mod upstream;
+mod wire;
 
 pub use config::{Config, ConfigError};
 pub use server::{run, write_ready};

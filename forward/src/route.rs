@@ -8,10 +8,11 @@ use std::net::Ipv4Addr;
 use http::{HeaderMap, Method, header};
 use protocol::forward as F;
 use protocol::registry::{self, PathError};
-use stepshim_tls::Pin;
 
 use crate::answer::Refusal;
+pub use crate::wire::{Credentials, Wire};
 use protocol::forward::Cidr;
+use stepshim_tls::Pin;
 
 /// A request the forwarder serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,32 +28,6 @@ pub enum Route {
         /// The path on the source shim: `/v2/<name...>/{manifests,blobs}/<reference>`.
         path: String,
     },
-}
-
-/// How the forwarder reaches the source, from the pull secret's username.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wire {
-    /// Plain HTTP (`plain`).
-    Plain,
-    /// TLS 1.3, the source's key pinned (`tls-<64 hex>`).
-    Tls(Pin),
-}
-
-/// The pull secret's credentials: how to reach the source, and the grant token to present.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
-    /// How to reach the source.
-    pub wire: Wire,
-    /// The grant token, sent upstream as `Authorization: Bearer`.
-    pub token: String,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("wire", &self.wire)
-            .finish_non_exhaustive()
-    }
 }
 
 /// The route of `method` and `path`, its source checked against `allow`. The image part of the

@@ -20,7 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use crate::idle::{Activity, Marked};
-use crate::route::{Credentials, Wire};
+use crate::wire::{Credentials, Wire};
 
 /// The most bytes of a source's answer read ahead of the client (hyper's read buffer).
 const READ_AHEAD: usize = 128 << 10;

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::paths::Path;
-use super::report::Results;
+use super::results::Results;
 
 /// Two shades per path (one per command), indexed by the path's discriminant.
 const COLORS: [&str; 6] = [

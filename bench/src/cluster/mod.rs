@@ -20,6 +20,7 @@ mod paths;
 mod podcpu;
 mod podspawn;
 mod report;
+mod results;
 mod scenarios;
 mod sequence;
 mod soak;

@@ -6,59 +6,10 @@ use std::fmt::Write as _;
 use std::path::Path as FsPath;
 
 use anyhow::Result;
-use serde::Serialize;
 
-use super::apiserver::Cost;
-use super::faults::Faults;
 use super::paths::Path;
 use super::podspawn::PodSpawn;
-use super::scenarios::{Concurrency, Dist, Latency};
-
-/// Everything one run measured.
-#[derive(Debug, Clone, Serialize)]
-pub struct Results {
-    /// When, what machine, which Kubernetes, which command.
-    pub context: serde_json::Value,
-    /// The apiserver over an idle interval as long as a typical scenario, for comparison.
-    pub idle: Cost,
-    /// Idle interval length, seconds.
-    pub idle_secs: f64,
-    /// Sequential latency.
-    pub latency: Vec<Latency>,
-    /// `GET /healthz` round trips per shim path: the floor under its latency.
-    pub round_trips: Vec<(Path, Dist)>,
-    /// A spawn timed inside the pod (`--only podspawn`).
-    pub pod_spawn: Option<PodSpawn>,
-    /// Concurrency levels.
-    pub concurrency: Vec<Concurrency>,
-    /// One big stream per path.
-    pub throughput: Vec<Throughput>,
-    /// Fault scenarios.
-    pub faults: Option<Faults>,
-}
-
-/// One big stream.
-#[derive(Debug, Clone, Serialize)]
-pub struct Throughput {
-    /// Path.
-    pub path: Path,
-    /// What wrote the stream in the pod.
-    pub writer: String,
-    /// Bytes expected.
-    pub bytes: u64,
-    /// Bytes that arrived.
-    pub received: u64,
-    /// Whether the content and exit status were right.
-    pub ok: bool,
-    /// MB/s (10^6 bytes per second).
-    pub mb_per_s: f64,
-    /// Client CPU seconds per GiB.
-    pub client_cpu_per_gib: f64,
-    /// The shim's CPU seconds per GiB in the pod (shim paths, when it runs on this host).
-    pub shim_cpu_per_gib: Option<f64>,
-    /// Apiserver cost.
-    pub apiserver: Cost,
-}
+pub use super::results::Results;
 
 fn ms(us: u64) -> String {
     format!("{:.2} ms", us as f64 / 1000.0)

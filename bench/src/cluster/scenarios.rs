@@ -11,7 +11,6 @@ use serde::Serialize;
 
 use super::apiserver::{Cost, Probe};
 use super::paths::{Digest, Outcome, Path, Pod2, run, run_for_status};
-use super::report::Throughput;
 use crate::stats::Samples;
 
 /// Everything a scenario needs.
@@ -375,4 +374,27 @@ pub async fn throughput(
         shim_cpu_per_gib,
         apiserver: cost,
     }
+}
+
+/// One big stream.
+#[derive(Debug, Clone, Serialize)]
+pub struct Throughput {
+    /// Path.
+    pub path: Path,
+    /// What wrote the stream in the pod.
+    pub writer: String,
+    /// Bytes expected.
+    pub bytes: u64,
+    /// Bytes that arrived.
+    pub received: u64,
+    /// Whether the content and exit status were right.
+    pub ok: bool,
+    /// MB/s (10^6 bytes per second).
+    pub mb_per_s: f64,
+    /// Client CPU seconds per GiB.
+    pub client_cpu_per_gib: f64,
+    /// The shim's CPU seconds per GiB in the pod (shim paths, when it runs on this host).
+    pub shim_cpu_per_gib: Option<f64>,
+    /// Apiserver cost.
+    pub apiserver: Cost,
 }

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use controller::{gc, hermetic, image_source, manifests};
+use controller::{gc, image_source, manifests};
 use serde_json::json;
 
 use super::Target;
@@ -146,7 +146,7 @@ pub async fn gc(target: &Target, args: GcArgs, out: Output) -> Result<i32> {
         Err(e) => return Err(e.into()),
     };
     // Hermetic pods' NetworkPolicies whose pod is gone (a Role without networkpolicies: none).
-    let policies = hermetic::collect_policies(rt, grace).await?;
+    let policies = gc::collect_policies(rt, grace).await?;
     if out == Output::Json {
         print_json(&json!({ "deleted": deleted, "secrets": secrets, "networkPolicies": policies }));
         return Ok(0);

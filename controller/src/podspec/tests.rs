@@ -179,13 +179,13 @@ fn certs_come_from_the_configmap_read_only_and_hermetic_pods_are_labelled_by_nam
             .metadata
             .labels
             .unwrap()
-            .contains_key(crate::hermetic::HERMETIC_LABEL)
+            .contains_key(crate::podspec::HERMETIC_LABEL)
     );
     spec.certs_configmap = Some("worker-ca".into());
     spec.hermetic = true;
     let pod = build_pod(&spec, "w", "t", None);
     assert_eq!(
-        pod.metadata.labels.unwrap()[crate::hermetic::HERMETIC_LABEL],
+        pod.metadata.labels.unwrap()[crate::podspec::HERMETIC_LABEL],
         "s"
     );
     let podspec = pod.spec.unwrap();
