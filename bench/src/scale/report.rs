@@ -221,6 +221,32 @@ pub fn failures(r: &Results) -> Vec<String> {
                 d.driver, t.done, t.requests.list
             ));
         }
+        if t.failed > 0 || t.done == 0 {
+            out.push(format!(
+                "{:?}: {} of {} GC ticks failed",
+                d.driver,
+                t.failed,
+                t.failed + t.done
+            ));
+        }
+        if let Some(a) = &d.restart
+            && a.ticks.done == 0
+        {
+            out.push(format!(
+                "{:?}: no GC tick succeeded after the restart ({} failed)",
+                d.driver, a.ticks.failed
+            ));
+        }
+        // Every tick keeps the desired pods, so all it may collect is the driver's orphans.
+        let collected: usize = t.collected.iter().sum();
+        if let Some(orphans) = r.context["orphans"].as_u64()
+            && collected as u64 != orphans
+        {
+            out.push(format!(
+                "{:?}: the ticks collected {collected} pods, not its {orphans} orphans",
+                d.driver
+            ));
+        }
         let missed = d.notices.missed + d.restart.as_ref().map_or(0, |a| a.notices.missed);
         if missed > 0 {
             out.push(format!("{:?}: {missed} deletions never noticed", d.driver));
@@ -300,5 +326,23 @@ mod tests {
         let foreign_restart = driver(&[("list", 1)], true, 0);
         assert!(failures(&results(foreign_restart)).is_empty());
         assert_eq!(failures(&results(driver(&[], false, 1))).len(), 1);
+    }
+
+    #[test]
+    fn failed_ticks_or_orphans_left_fail_the_run() {
+        let mut failing = driver(&[], false, 0);
+        failing.ticks.failed = 10;
+        failing.ticks.done = 0;
+        let with = |d, orphans: u64| Results {
+            context: serde_json::json!({ "orphans": orphans }),
+            create_secs: 1.0,
+            drivers: vec![d],
+        };
+        assert_eq!(failures(&with(failing, 0)).len(), 1, "every tick failed");
+        let mut kept = driver(&[], false, 0);
+        kept.ticks.collected = vec![0; 10];
+        assert_eq!(failures(&with(kept.clone(), 10)).len(), 1, "orphans left");
+        kept.ticks.collected[0] = 10;
+        assert!(failures(&with(kept, 10)).is_empty());
     }
 }
