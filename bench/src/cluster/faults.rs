@@ -45,6 +45,43 @@ pub struct CutStream {
     pub cuts: u64,
     /// Whether the client saw the exit status.
     pub exit_seen: bool,
+    /// Whether what arrived is the stream itself, byte for byte (its digest matches an uncut read
+    /// of the same random bytes): a skip and a repeat of equal size do not cancel out here.
+    pub intact: bool,
+}
+
+/// The stream every cut run sends: `bytes` random bytes written once to a file in `pod`, read
+/// whole by `cat` on the direct path without a proxy for the digest the cut runs must match.
+pub async fn cut_source(
+    pods_api: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    pod: &Pod2,
+    bytes: u64,
+) -> Result<(Vec<String>, u64)> {
+    let file = "/tmp/stepshim-bench-cut.bin";
+    let make = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        format!("head -c {bytes} /dev/urandom > {file}"),
+    ];
+    let limit = Duration::from_secs(300);
+    let made = run(Path::Shim, pods_api, pod, "cut-make", &make, limit).await?;
+    anyhow::ensure!(made.status == Some(0), "writing {file} in the pod failed");
+    let cmd = vec!["cat".to_owned(), file.to_owned()];
+    let read = run(Path::Shim, pods_api, pod, "cut-reference", &cmd, limit).await?;
+    anyhow::ensure!(
+        read.status == Some(0) && read.bytes == bytes,
+        "reading {file} back gave {} of {bytes} bytes",
+        read.bytes
+    );
+    Ok((cmd, read.digest))
+}
+
+impl CutStream {
+    /// Whether the stream proves nothing or came out wrong: never cut, or a byte lost, repeated or
+    /// changed, or the exit status lost.
+    pub fn failed(&self) -> bool {
+        self.cuts == 0 || self.lost + self.repeated > 0 || !self.exit_seen || !self.intact
+    }
 }
 
 impl Faults {
@@ -59,12 +96,13 @@ impl Faults {
         }
         for c in &self.cuts {
             s += &format!(
-                "| {} cuts during a {} MiB stream | {:?} | {} bytes lost, {} repeated, exit status {} |\n",
+                "| {} cuts during a {} MiB stream | {:?} | {} bytes lost, {} repeated, content {}, exit status {} |\n",
                 c.cuts,
                 c.expected >> 20,
                 c.path,
                 c.lost,
                 c.repeated,
+                if c.intact { "intact" } else { "changed" },
                 if c.exit_seen { "seen" } else { "lost" }
             );
         }
@@ -112,27 +150,30 @@ pub async fn restart_during_streams(
     Ok((Path::ALL.iter().map(|p| (*p, count(*p))).collect(), secs))
 }
 
-/// Streams `bytes` of stdout on `path` through a proxy that cuts each connection after a sixteenth
-/// to a quarter of them, so a stream meets several cuts.
+/// Streams `bytes` of stdout (`source`: the command and its stream's digest, [`cut_source`]) on
+/// `path` through a proxy that cuts each connection after a sixteenth to a quarter of them, so a
+/// stream meets several cuts.
 pub async fn cut_stream(
     path: Path,
     pods_api: &kube::Api<k8s_openapi::api::core::v1::Pod>,
     pod: &Pod2,
     bytes: u64,
+    source: &(Vec<String>, u64),
     id: &str,
 ) -> CutStream {
-    let cmd = super::paths::zeros(bytes >> 20);
-    let (received, exit_seen, cuts) = match through_proxy(path, pods_api, pod, bytes).await {
+    let (cmd, want) = source;
+    let (received, exit_seen, intact, cuts) = match through_proxy(path, pods_api, pod, bytes).await
+    {
         Ok((api, pod, cuts)) => {
-            let r = run(path, &api, &pod, id, &cmd, Duration::from_secs(900)).await;
-            let (rec, seen) = r
-                .map(|o| (o.bytes, o.status == Some(0)))
-                .unwrap_or((0, false));
-            (rec, seen, cuts.load(Ordering::Relaxed))
+            let r = run(path, &api, &pod, id, cmd, Duration::from_secs(900)).await;
+            let (rec, seen, same) = r
+                .map(|o| (o.bytes, o.status == Some(0), o.digest == *want))
+                .unwrap_or((0, false, false));
+            (rec, seen, same, cuts.load(Ordering::Relaxed))
         }
         Err(e) => {
             eprintln!("bench: no cutting proxy for {path:?}: {e:#}");
-            (0, false, 0)
+            (0, false, false, 0)
         }
     };
     CutStream {
@@ -143,6 +184,7 @@ pub async fn cut_stream(
         repeated: received.saturating_sub(bytes),
         cuts,
         exit_seen,
+        intact,
     }
 }
 
@@ -198,6 +240,51 @@ pub(super) async fn through_proxy(
                 },
                 cuts,
             ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_stream_fails_uncut_changed_short_or_without_its_status() {
+        let whole = CutStream {
+            path: Path::Shim,
+            expected: 64 << 20,
+            received: 64 << 20,
+            lost: 0,
+            repeated: 0,
+            cuts: 5,
+            exit_seen: true,
+            intact: true,
+        };
+        assert!(!whole.failed());
+        let variants = [
+            CutStream {
+                cuts: 0,
+                ..whole.clone()
+            },
+            CutStream {
+                intact: false,
+                ..whole.clone()
+            },
+            CutStream {
+                lost: 1,
+                ..whole.clone()
+            },
+            CutStream {
+                repeated: 1,
+                ..whole.clone()
+            },
+            CutStream {
+                exit_seen: false,
+                ..whole.clone()
+            },
+        ];
+        for v in variants {
+            assert!(v.failed(), "{v:?}");
         }
     }
 }

@@ -176,17 +176,11 @@ async fn faults(env: &mut Env, args: &ClusterArgs) -> Result<Option<Faults>> {
     env.probe.set_pid(apiserver::find_pid(None)?);
     eprintln!("bench: restart during streams: {whole:?} of {n}");
     let mut cuts = Vec::new();
+    let pod = &env.pods[1 % env.pods.len()];
+    let source = faults::cut_source(&env.pods_api, pod, bytes).await?;
     for path in Path::order(0) {
-        cuts.push(
-            faults::cut_stream(
-                path,
-                &env.pods_api,
-                &env.pods[1 % env.pods.len()],
-                bytes,
-                "cut",
-            )
-            .await,
-        );
+        let cut = faults::cut_stream(path, &env.pods_api, pod, bytes, &source, "cut").await;
+        cuts.push(cut);
     }
     Ok(Some(Faults {
         restart_processes: n,
