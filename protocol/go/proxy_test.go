@@ -148,9 +148,13 @@ func TestViaProxyEverythingWorks(t *testing.T) {
 	if err := c.GetFiles(ctx, dir+"/big.bin", &back); err != nil {
 		t.Fatalf("files out through the proxy: %v", err)
 	}
-	h, err := tar.NewReader(&back).Next()
-	if err != nil || h.Size != int64(len(body)) {
+	tr := tar.NewReader(&back)
+	h, err := tr.Next()
+	if err != nil || h.Name != "big.bin" || h.Size != int64(len(body)) {
 		t.Fatalf("files out: %+v %v", h, err)
+	}
+	if got, err := io.ReadAll(tr); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("files out: %d bytes back, not the %d sent (%v)", len(got), len(body), err)
 	}
 	if px.seen.Load() < 8 || px.refused.Load() != 0 {
 		t.Fatalf("the proxy saw %d requests and refused %d: not everything went through it",

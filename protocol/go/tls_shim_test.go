@@ -76,10 +76,15 @@ func TestRealTLSShimHandshakes(t *testing.T) {
 	}
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-	line, _ := bufio.NewReader(conn).ReadString('\n')
+	line, err := bufio.NewReader(conn).ReadString('\n')
 	conn.Close()
 	if strings.HasPrefix(line, "HTTP/") {
 		t.Fatalf("clear text got an HTTP answer: %q", line)
+	}
+	// It closes the connection: a shim that hung would leave the read to its deadline.
+	var nerr net.Error
+	if errors.As(err, &nerr) && nerr.Timeout() {
+		t.Fatalf("clear text: the shim neither answered nor closed the connection in 10 s")
 	}
 
 	dial := func(cfg *tls.Config) (tls.ConnectionState, error) {
