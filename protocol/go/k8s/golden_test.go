@@ -204,7 +204,7 @@ func TestStepPodsMatchTheGoldenFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			deliveries[fmt.Sprintf("%s, TLS %v", spec.Delivery.String()[:4], spec.Delivery.TLS())] = true
-			got := asJSON(t, StepPod(spec, c.Worker, PodAuth{TokenSHA256: c.TokenSHA256, TLSSeed: c.TLSSeed}))
+			got := asJSON(t, mustStepPod(t, spec, c.Worker, PodAuth{TokenSHA256: c.TokenSHA256, TLSSeed: c.TLSSeed}))
 			var want any
 			testdata(t, "steppod-"+c.Name+".json", &want)
 			dropEmpties(got)

@@ -50,12 +50,12 @@ func TestValidateRefusesBadSpecOptions(t *testing.T) {
 
 func TestCPURequestIsARequestWithoutALimit(t *testing.T) {
 	spec := StepSpec{Name: "s", Image: "i", Delivery: FromConfigMap("c"), CPURequest: "250m"}
-	r := StepPod(spec, "w", PodAuth{TokenSHA256: "h"}).Spec.Containers[0].Resources
+	r := mustStepPod(t, spec, "w", PodAuth{TokenSHA256: "h"}).Spec.Containers[0].Resources
 	if r.Requests.Cpu().String() != "250m" || r.Limits != nil {
 		t.Errorf("resources %+v", r)
 	}
 	spec.Memory = "1Gi"
-	r = StepPod(spec, "w", PodAuth{TokenSHA256: "h"}).Spec.Containers[0].Resources
+	r = mustStepPod(t, spec, "w", PodAuth{TokenSHA256: "h"}).Spec.Containers[0].Resources
 	if r.Requests.Cpu().String() != "250m" || r.Requests.Memory().String() != "1Gi" ||
 		len(r.Limits) != 1 || r.Limits.Memory().String() != "1Gi" {
 		t.Errorf("resources with memory %+v", r)
@@ -80,7 +80,7 @@ func TestHermeticPolicySelectsOnlyItsPod(t *testing.T) {
 		want   bool
 	}{{"the pod", spec, "ci worker", true}, {"not hermetic", other, "ci worker", false},
 		{"another worker's", spec, "other", false}} {
-		pod := StepPod(c.spec, c.worker, PodAuth{TokenSHA256: "h"})
+		pod := mustStepPod(t, c.spec, c.worker, PodAuth{TokenSHA256: "h"})
 		if got := sel.Matches(labels.Set(pod.Labels)); got != c.want {
 			t.Errorf("%s: selected %v", c.name, got)
 		}

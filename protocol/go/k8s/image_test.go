@@ -141,7 +141,7 @@ func TestImageVolumesAreMountedReadOnly(t *testing.T) {
 	ref := "127.0.0.1:7779/10.244.0.9/tools@" + digestOf("0f")
 	spec := StepSpec{Name: "c", Image: "busybox", Delivery: FromConfigMap("c"),
 		ImageVolumes: []ImageVolume{{MountPath: "/tools", Reference: ref}}}
-	b, _ := json.Marshal(StepPod(spec, "w", AuthOf("t", false)).Spec)
+	b, _ := json.Marshal(mustStepPod(t, spec, "w", AuthOf("t", false)).Spec)
 	for _, want := range []string{
 		`{"name":"image-0","image":{"reference":"` + ref + `","pullPolicy":"IfNotPresent"}}`,
 		`{"name":"image-0","readOnly":true,"mountPath":"/tools"}`,

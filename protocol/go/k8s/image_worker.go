@@ -159,6 +159,11 @@ func (w *Worker) createFrom(ctx context.Context, spec StepSpec) (*corev1.Pod, er
 	if err != nil {
 		return nil, err
 	}
+	spec.ImagePullSecrets = append(slices.Clone(spec.ImagePullSecrets), secret.Name)
+	pod, err := StepPod(spec, w.worker, AuthOf(w.Token(spec.Name), spec.Delivery.TLS()))
+	if err != nil {
+		return nil, err
+	}
 	secrets := w.cs.CoreV1().Secrets(w.namespace)
 	_, err = secrets.Create(ctx, secret, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -169,8 +174,6 @@ func (w *Worker) createFrom(ctx context.Context, spec StepSpec) (*corev1.Pod, er
 	if err != nil {
 		return nil, fmt.Errorf("k8s: image-pull secret %s: %w", secret.Name, err)
 	}
-	spec.ImagePullSecrets = append(slices.Clone(spec.ImagePullSecrets), secret.Name)
-	pod := StepPod(spec, w.worker, AuthOf(w.Token(spec.Name), spec.Delivery.TLS()))
 	created, policyErr := w.createPod(ctx, spec, pod)
 	if created == nil {
 		_ = w.deleteSecret(ctx, secret.Name)

@@ -160,7 +160,7 @@ func isAlnum(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
-// Validate reports what would make StepPod panic or the apiserver refuse the pod outright: no name,
+// Validate reports what StepPod refuses or the apiserver would refuse outright: no name,
 // no image, no delivery, a CPU or memory quantity that does not parse, CPU with CPURequest, a
 // hermetic pod whose name is not a label value, or two mounts at one path.
 func (s StepSpec) Validate() error {
@@ -201,9 +201,49 @@ func (s StepSpec) Validate() error {
 
 // StepPod is the pod for spec, owned by worker, whose shim accepts the token hashing to
 // auth.TokenSHA256 and, when spec.Delivery serves TLS, holds the key of auth.TLSSeed (AuthOf makes
-// both of a token). It panics on a spec that Validate rejects, or on a TLS delivery without a seed;
-// Worker.Create validates first.
-func StepPod(spec StepSpec, worker string, auth PodAuth) *corev1.Pod {
+// both of a token). A spec that Validate rejects, or a TLS delivery without a seed, is an error.
+func StepPod(spec StepSpec, worker string, auth PodAuth) (*corev1.Pod, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if spec.Delivery.tls && auth.TLSSeed == "" {
+		return nil, fmt.Errorf("k8s: step pod %s: a TLS delivery without PodAuth.TLSSeed (use AuthOf(token, true))", spec.Name)
+	}
+	volume, init := delivery(spec.Delivery)
+	pod := &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: podMeta(spec, worker),
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr(spec.AutomountServiceAccountToken),
+			ServiceAccountName:           spec.ServiceAccount,
+			// The shim TERMs its processes and waits its own grace (10 s) on SIGTERM.
+			TerminationGracePeriodSeconds: ptr(int64(15)),
+			EnableServiceLinks:            ptr(false),
+			Containers:                    []corev1.Container{mainContainer(spec, auth)},
+			Volumes:                       []corev1.Volume{volume},
+			SecurityContext:               &corev1.PodSecurityContext{},
+		},
+	}
+	if init != nil {
+		pod.Spec.InitContainers = []corev1.Container{*init}
+	}
+	addVolumes(pod, spec)
+	for _, name := range spec.ImagePullSecrets {
+		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
+	}
+	if len(spec.NodeSelector) > 0 {
+		pod.Spec.NodeSelector = spec.NodeSelector
+	}
+	if len(spec.Tolerations) > 0 {
+		pod.Spec.Tolerations = spec.Tolerations
+	}
+	return pod, nil
+}
+
+// podMeta is the step pod's name, its worker's label, and its build and step as labels and
+// annotations (a hermetic pod also carries its hermetic label).
+func podMeta(spec StepSpec, worker string) metav1.ObjectMeta {
 	labels := map[string]string{WorkerLabel: LabelValue(worker)}
 	annotations := map[string]string{}
 	for _, kv := range [][2]string{{BuildLabel, spec.Build}, {StepLabel, spec.Step}} {
@@ -215,13 +255,14 @@ func StepPod(spec StepSpec, worker string, auth PodAuth) *corev1.Pod {
 	if spec.Hermetic {
 		labels[HermeticLabel] = spec.Name
 	}
-	volume, init := delivery(spec.Delivery)
-	// The shim's own settings (token hash, TLS seed, listen address), then the step's environment.
+	return metav1.ObjectMeta{Name: spec.Name, Labels: labels, Annotations: annotations}
+}
+
+// mainContainer is the step's container: the user's image running the shim as PID 1, with the
+// shim's own settings (token hash, TLS seed, listen address) before the step's environment.
+func mainContainer(spec StepSpec, auth PodAuth) corev1.Container {
 	env := []corev1.EnvVar{{Name: EnvTokenSHA256, Value: auth.TokenSHA256}}
 	if spec.Delivery.tls {
-		if auth.TLSSeed == "" {
-			panic("k8s: StepPod: a TLS delivery without PodAuth.TLSSeed (use AuthOf(token, true))")
-		}
 		env = append(env, corev1.EnvVar{Name: EnvTLSSeed, Value: auth.TLSSeed})
 	}
 	env = append(env, corev1.EnvVar{Name: EnvListen, Value: fmt.Sprintf("0.0.0.0:%d", ShimPort)})
@@ -232,7 +273,7 @@ func StepPod(spec StepSpec, worker string, auth PodAuth) *corev1.Pod {
 	if pull == "" {
 		pull = corev1.PullIfNotPresent
 	}
-	main := corev1.Container{
+	return corev1.Container{
 		Name:            MainContainer,
 		Image:           spec.Image,
 		ImagePullPolicy: pull,
@@ -248,53 +289,24 @@ func StepPod(spec StepSpec, worker string, auth PodAuth) *corev1.Pod {
 		Resources:    resources(spec.CPU, spec.CPURequest, spec.Memory),
 		VolumeMounts: []corev1.VolumeMount{{Name: "stepshim", MountPath: ShimDir, ReadOnly: true}},
 	}
-	pod := &corev1.Pod{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        spec.Name,
-			Labels:      labels,
-			Annotations: annotations,
-		},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                corev1.RestartPolicyNever,
-			AutomountServiceAccountToken: ptr(spec.AutomountServiceAccountToken),
-			ServiceAccountName:           spec.ServiceAccount,
-			// The shim TERMs its processes and waits its own grace (10 s) on SIGTERM.
-			TerminationGracePeriodSeconds: ptr(int64(15)),
-			EnableServiceLinks:            ptr(false),
-			Containers:                    []corev1.Container{main},
-			Volumes:                       []corev1.Volume{volume},
-			SecurityContext:               &corev1.PodSecurityContext{},
-		},
-	}
-	if init != nil {
-		pod.Spec.InitContainers = []corev1.Container{*init}
-	}
+}
+
+// addVolumes mounts spec's image volumes and its certificates ConfigMap into the step container.
+func addVolumes(pod *corev1.Pod, spec StepSpec) {
+	c := &pod.Spec.Containers[0]
 	for i, v := range spec.ImageVolumes {
 		name := ImageVolumeName(i)
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
 			Image: &corev1.ImageVolumeSource{Reference: v.Reference, PullPolicy: corev1.PullIfNotPresent},
 		}})
-		c := &pod.Spec.Containers[0]
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: v.MountPath, ReadOnly: true})
 	}
 	if spec.CertsConfigMap != "" {
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: CertsVolume, VolumeSource: corev1.VolumeSource{
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: spec.CertsConfigMap}},
 		}})
-		c := &pod.Spec.Containers[0]
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: CertsVolume, MountPath: CertsDir, ReadOnly: true})
 	}
-	for _, name := range spec.ImagePullSecrets {
-		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
-	}
-	if len(spec.NodeSelector) > 0 {
-		pod.Spec.NodeSelector = spec.NodeSelector
-	}
-	if len(spec.Tolerations) > 0 {
-		pod.Spec.Tolerations = spec.Tolerations
-	}
-	return pod
 }
 
 // delivery is the shim volume and, for init-container delivery, the container filling it.
@@ -325,7 +337,8 @@ func delivery(d Delivery) (corev1.Volume, *corev1.Container) {
 				VolumeMounts:    []corev1.VolumeMount{{Name: "stepshim", MountPath: ShimDir}},
 			}
 	default:
-		panic("k8s: StepSpec.Delivery not set (use InitContainer or FromConfigMap)")
+		// Validate refuses a spec without a delivery before StepPod gets here.
+		return corev1.Volume{}, nil
 	}
 }
 

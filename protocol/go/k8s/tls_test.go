@@ -85,7 +85,7 @@ func TestStepPodTLSAndPlain(t *testing.T) {
 		tls  bool
 		init string
 	}{{InitContainer("img"), true, TLSBinary}, {plainInit, false, PlainBinary}, {FromConfigMap("cm"), false, ""}} {
-		pod := StepPod(StepSpec{Name: "s", Image: "i", Delivery: c.d}, "w", AuthOf(token, c.d.TLS()))
+		pod := mustStepPod(t, StepSpec{Name: "s", Image: "i", Delivery: c.d}, "w", AuthOf(token, c.d.TLS()))
 		main := pod.Spec.Containers[0]
 		env := map[string]string{}
 		for _, e := range main.Env {
@@ -103,12 +103,12 @@ func TestStepPodTLSAndPlain(t *testing.T) {
 			t.Errorf("%s: init container runs %v, want %s", c.d, pod.Spec.InitContainers[0].Command, c.init)
 		}
 	}
-	defer func() {
-		if recover() == nil {
-			t.Error("StepPod built a TLS pod without a seed")
-		}
-	}()
-	StepPod(StepSpec{Name: "s", Image: "i", Delivery: InitContainer("img")}, "w", PodAuth{TokenSHA256: "x"})
+	if _, err := StepPod(StepSpec{Name: "s", Image: "i", Delivery: InitContainer("img")}, "w", PodAuth{TokenSHA256: "x"}); err == nil {
+		t.Error("StepPod built a TLS pod without a seed")
+	}
+	if _, err := StepPod(StepSpec{Name: "s", Image: "i"}, "w", PodAuth{TokenSHA256: "x"}); err == nil {
+		t.Error("StepPod built a pod without a shim delivery")
+	}
 }
 
 // The kit's derivation chains into the shared vectors: token.json's key and pod give its token, and
@@ -169,7 +169,10 @@ func handWorker(t *testing.T, cs kubernetes.Interface, port int, pods ...*corev1
 
 // podAt is the pod w would create for name with delivery d, running at ip.
 func podAt(w *Worker, name, ip string, d Delivery) *corev1.Pod {
-	p := StepPod(StepSpec{Name: name, Image: "i", Delivery: d}, w.worker, AuthOf(w.Token(name), d.TLS()))
+	p, err := StepPod(StepSpec{Name: name, Image: "i", Delivery: d}, w.worker, AuthOf(w.Token(name), d.TLS()))
+	if err != nil {
+		panic(err) // a test's own fixed spec
+	}
 	p.Namespace, p.UID, p.Status.PodIP = w.namespace, types.UID("uid-"+name), ip
 	return p
 }
@@ -313,4 +316,14 @@ func TestShimViaProxyNamesHTTPSForTLSPods(t *testing.T) {
 	if strings.Join(paths, " ") != strings.Join(want, " ") {
 		t.Errorf("proxied paths:\n%s\nwant:\n%s", strings.Join(paths, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// mustStepPod is StepPod's pod for a spec the test knows valid.
+func mustStepPod(t *testing.T, spec StepSpec, worker string, auth PodAuth) *corev1.Pod {
+	t.Helper()
+	pod, err := StepPod(spec, worker, auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pod
 }

@@ -194,7 +194,10 @@ func (w *Worker) Create(ctx context.Context, spec StepSpec) (*corev1.Pod, error)
 	if spec.ImageFrom != nil || len(spec.ImageVolumes) > 0 {
 		return w.createFrom(ctx, spec)
 	}
-	pod := StepPod(spec, w.worker, AuthOf(w.Token(spec.Name), spec.Delivery.TLS()))
+	pod, err := StepPod(spec, w.worker, AuthOf(w.Token(spec.Name), spec.Delivery.TLS()))
+	if err != nil {
+		return nil, err
+	}
 	return w.createPod(ctx, spec, pod)
 }
 

@@ -33,8 +33,11 @@ func TestGCContainersKeepsTheHolder(t *testing.T) {
 	}
 	old := metav1.NewTime(time.Now().Add(-time.Hour))
 	for _, name := range []string{"task", "check", w.HolderPod()} {
-		p := k8s.StepPod(k8s.StepSpec{Name: name, Image: "i", Delivery: k8s.FromConfigMap("c")}, "w",
+		p, err := k8s.StepPod(k8s.StepSpec{Name: name, Image: "i", Delivery: k8s.FromConfigMap("c")}, "w",
 			k8s.AuthOf(kit.Token(name), false))
+		if err != nil {
+			t.Fatal(err)
+		}
 		p.Namespace, p.CreationTimestamp = "steps", old
 		if _, err := cs.CoreV1().Pods("steps").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
