@@ -135,25 +135,8 @@ pub async fn run(args: &LocalArgs) -> Result<i32> {
     let part = |name: &str| args.only.is_empty() || args.only.iter().any(|p| p == name);
     let bin = find_binary(args.shim_bin.clone())
         .context("no stepshim binary: pass --shim-bin or STEPSHIM_BIN")?;
-    let size = std::fs::metadata(&bin)?.len();
-    let file = Command::new("file")
-        .arg("-b")
-        .arg(&bin)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
-    let is_static = file
-        .as_deref()
-        .is_ok_and(|f| f.contains("statically linked"));
-    eprintln!("bench: shim {} ({size} bytes)", bin.display());
     let mut r = Report::default();
-    let not_static = if is_static { "" } else { " (NOT static)" };
-    r.row(
-        "binary size (stripped, static)",
-        format!("{} KiB{not_static}", size / 1024),
-        "< 1,000 KiB",
-    );
-    r.set("binary_bytes", json!(size));
-    r.set("static", json!(is_static));
+    binary(&bin, &mut r)?;
 
     if part("ready") {
         let (ready, idle_rss) = start_to_ready(&bin, 30)?;
@@ -200,13 +183,42 @@ pub async fn run(args: &LocalArgs) -> Result<i32> {
         many(&c, pid, args.concurrent, &mut r).await?;
     }
 
+    write(&r, args.results.as_deref())?;
+    Ok(if r.bad == 0 { 0 } else { 1 })
+}
+
+/// The binary's size and whether it is static, into `r`.
+fn binary(bin: &std::path::Path, r: &mut Report) -> Result<()> {
+    let size = std::fs::metadata(bin)?.len();
+    let file = Command::new("file")
+        .arg("-b")
+        .arg(bin)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    let is_static = file
+        .as_deref()
+        .is_ok_and(|f| f.contains("statically linked"));
+    eprintln!("bench: shim {} ({size} bytes)", bin.display());
+    let not_static = if is_static { "" } else { " (NOT static)" };
+    r.row(
+        "binary size (stripped, static)",
+        format!("{} KiB{not_static}", size / 1024),
+        "< 1,000 KiB",
+    );
+    r.set("binary_bytes", json!(size));
+    r.set("static", json!(is_static));
+    Ok(())
+}
+
+/// Prints the report as a markdown table and writes it, with the raw numbers, into `dir`.
+fn write(r: &Report, dir: Option<&std::path::Path>) -> Result<()> {
     let mut md = String::from("| measure | result | target |\n|---|---|---|\n");
     for (m, res, t) in &r.rows {
         md.push_str(&format!("| {m} | {res} | {t} |\n"));
     }
     md.push_str(&r.extra);
     print!("{md}");
-    if let Some(dir) = &args.results {
+    if let Some(dir) = dir {
         std::fs::create_dir_all(dir)?;
         std::fs::write(
             dir.join("local.json"),
@@ -214,7 +226,7 @@ pub async fn run(args: &LocalArgs) -> Result<i32> {
         )?;
         std::fs::write(dir.join("local.md"), md)?;
     }
-    Ok(if r.bad == 0 { 0 } else { 1 })
+    Ok(())
 }
 
 /// Memory per open output stream: idle follows of one quiet process.

@@ -52,55 +52,7 @@ pub fn daemon_set(f: &Forwarder) -> DaemonSet {
             "stepshim".to_owned(),
         ),
     ]);
-    let env = |name: &str, value: String| EnvVar {
-        name: name.to_owned(),
-        value: Some(value),
-        ..Default::default()
-    };
-    let container = Container {
-        name: "forward".into(),
-        image: Some(f.image.clone()),
-        command: Some(vec![BINARY.into()]),
-        env: Some(vec![
-            env(F::LISTEN, format!("127.0.0.1:{}", F::PORT)),
-            env(F::ALLOW, f.pod_cidrs.join(",")),
-        ]),
-        ports: Some(vec![ContainerPort {
-            name: Some("registry".into()),
-            container_port: F::PORT.into(),
-            host_port: Some(F::PORT.into()),
-            host_ip: Some("127.0.0.1".into()),
-            protocol: Some("TCP".into()),
-        }]),
-        // The probe comes from the kubelet, on the node: loopback reaches the forwarder.
-        readiness_probe: Some(Probe {
-            http_get: Some(HTTPGetAction {
-                host: Some("127.0.0.1".into()),
-                path: Some(F::PROBE_PATH.into()),
-                port: IntOrString::Int(F::PORT.into()),
-                ..Default::default()
-            }),
-            period_seconds: Some(10),
-            ..Default::default()
-        }),
-        // A pull streams through without buffering: memory stays a few MiB per connection.
-        resources: Some(ResourceRequirements {
-            requests: Some(quantities(&[("cpu", "50m"), ("memory", "32Mi")])),
-            limits: Some(quantities(&[("cpu", "1"), ("memory", "256Mi")])),
-            ..Default::default()
-        }),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            privileged: Some(false),
-            read_only_root_filesystem: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                add: None,
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let container = container(f);
     let pod = PodSpec {
         host_network: Some(true),
         automount_service_account_token: Some(false),
@@ -145,6 +97,60 @@ pub fn daemon_set(f: &Forwarder) -> DaemonSet {
             ..Default::default()
         }),
         status: None,
+    }
+}
+
+/// The forwarder's container: loopback only, probed by the kubelet there, no capabilities, a
+/// read-only root.
+fn container(f: &Forwarder) -> Container {
+    let env = |name: &str, value: String| EnvVar {
+        name: name.to_owned(),
+        value: Some(value),
+        ..Default::default()
+    };
+    Container {
+        name: "forward".into(),
+        image: Some(f.image.clone()),
+        command: Some(vec![BINARY.into()]),
+        env: Some(vec![
+            env(F::LISTEN, format!("127.0.0.1:{}", F::PORT)),
+            env(F::ALLOW, f.pod_cidrs.join(",")),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("registry".into()),
+            container_port: F::PORT.into(),
+            host_port: Some(F::PORT.into()),
+            host_ip: Some("127.0.0.1".into()),
+            protocol: Some("TCP".into()),
+        }]),
+        // The probe comes from the kubelet, on the node: loopback reaches the forwarder.
+        readiness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                host: Some("127.0.0.1".into()),
+                path: Some(F::PROBE_PATH.into()),
+                port: IntOrString::Int(F::PORT.into()),
+                ..Default::default()
+            }),
+            period_seconds: Some(10),
+            ..Default::default()
+        }),
+        // A pull streams through without buffering: memory stays a few MiB per connection.
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities(&[("cpu", "50m"), ("memory", "32Mi")])),
+            limits: Some(quantities(&[("cpu", "1"), ("memory", "256Mi")])),
+            ..Default::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            privileged: Some(false),
+            read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                add: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
     }
 }
 
