@@ -153,7 +153,7 @@ async fn recording_proxy(target: String) -> (String, Arc<Mutex<Vec<u8>>>) {
     (addr, sent)
 }
 
-/// What a capture of one client's session with `shim` (through the recording proxy) shows, and
+/// What a capture of one client's exchanges with `shim` (through the recording proxy) shows, and
 /// what sending its client bytes again on a new connection does.
 struct Replayed {
     /// The client's bytes as captured.
