@@ -98,7 +98,6 @@ pub(crate) async fn handle(
         Method::PUT => crate::owners::from_query(q.get(protocol::query::OWNER))?,
         _ => None,
     };
-    let granted = granted_slot.is_some();
     let slot = match granted_slot {
         Some(slot) => slot,
         None => transfers.slot(false)?,
@@ -118,11 +117,7 @@ pub(crate) async fn handle(
         put(req.into_body(), PathBuf::from(path), opts, pace, slot).await
     } else {
         let resume = Resume::of(&req, q)?;
-        get(path, resume, pace, slot).await.map_err(|e| match e {
-            // To a grant holder a symlink on the way is a way out of the grant.
-            Error::Files(FilesError::Symlinked(m)) if granted => Error::Forbidden(m),
-            e => e,
-        })
+        get(path, resume, pace, slot).await
     }
 }
 

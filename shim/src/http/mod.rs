@@ -316,7 +316,11 @@ async fn route_to(
             let granted = granted_slot.is_some();
             let answer = files::handle(req, q, app.same_owner, granted_slot, &app.files).await;
             match answer {
-                Err(e @ Error::Forbidden(_)) if granted => Err(app.grants.refuse(e)),
+                // To a grant holder a symlink on the way is a way out of the grant: forbidden, and
+                // counted as a refusal of its token.
+                Err(Error::Files(crate::files::FilesError::Symlinked(m))) if granted => {
+                    Err(app.grants.refuse(Error::Forbidden(m)))
+                }
                 answer => answer,
             }
         }
