@@ -5,7 +5,8 @@
 //!
 //! # Layout
 //! - [`shim`]: [`Shim`], a shim child on loopback with a client and its captured log.
-//! - [`proxy`]: [`cutting_proxy`] (and [`cutting_proxy_on`]), the resume-after-disconnect fault.
+//! - [`proxy`]: [`cutting_proxy`] (and [`cutting_proxy_on`]), the resume-after-disconnect fault;
+//!   [`gated_proxy`], answers held until the test lets them go.
 //! - [`raw`]: one raw HTTP/1.1 request, for what a typed client cannot send; error codes and metrics.
 //! - [`process`]: spawn-and-follow helpers, polling with a deadline, and whether a pid runs.
 
@@ -15,7 +16,7 @@ pub mod raw;
 pub mod shim;
 
 pub use process::{Ran, alive, eventually, follow, run, sh};
-pub use proxy::{cutting_proxy, cutting_proxy_on};
+pub use proxy::{cutting_proxy, cutting_proxy_on, gated_proxy};
 pub use raw::{error_code, metric, raw, raw_bytes, raw_with};
 pub use shim::Shim;
 

@@ -1,5 +1,6 @@
-//! A loopback TCP proxy that cuts each connection after a random number of response bytes, mid-frame
-//! or not: the fault behind every resume-after-disconnect test and the benchmark's cut stream.
+//! Loopback TCP proxies for faults: one that cuts each connection after a random number of response
+//! bytes, mid-frame or not (the fault behind every resume-after-disconnect test and the benchmark's
+//! cut stream), and one that holds every answer until told (a reader that takes nothing).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,4 +66,32 @@ async fn relay(client: tokio::net::TcpStream, target: String, budget: u64, cuts:
     }
     up.abort();
     // Dropping both halves resets the connections.
+}
+
+/// A loopback proxy in front of `target` that passes requests at once and holds every answer
+/// until the gate is opened (`true`): a reader that takes nothing while the test acts.
+pub async fn gated_proxy(
+    target: String,
+) -> std::io::Result<(String, tokio::sync::watch::Sender<bool>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?.to_string();
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let (target, mut open) = (target.clone(), rx.clone());
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(&target).await else {
+                    return;
+                };
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let up = tokio::spawn(async move { tokio::io::copy(&mut cr, &mut sw).await });
+                if open.wait_for(|o| *o).await.is_ok() {
+                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                }
+                up.abort();
+            });
+        }
+    });
+    Ok((addr, tx))
 }

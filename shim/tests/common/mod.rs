@@ -4,6 +4,7 @@
 #![allow(unused_imports)]
 
 pub mod artifacts;
+pub mod escape;
 pub mod images;
 
 pub use test_support::*;
