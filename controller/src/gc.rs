@@ -65,11 +65,7 @@ pub async fn collect_policies(rt: &Runtime, grace: Duration) -> Result<Vec<Strin
             });
         }
     };
-    let pods: HashSet<String> = rt
-        .pods()
-        .iter()
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
+    let pods = rt.pod_names();
     let chosen = select_policies(&list.items, &pods, grace, Timestamp::now());
     for name in &chosen {
         policy::delete(rt, name)

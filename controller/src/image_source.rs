@@ -373,11 +373,7 @@ pub async fn collect_secrets(rt: &Runtime, grace: Duration) -> Result<Vec<String
         .list(&ListParams::default().labels(&selector))
         .await
         .map_err(failed)?;
-    let pods: HashSet<String> = rt
-        .pods()
-        .iter()
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
+    let pods = rt.pod_names();
     let chosen = image::select_secrets(&list.items, &pods, grace, Timestamp::now());
     for name in &chosen {
         delete_secret(&secrets, name)

@@ -341,6 +341,14 @@ impl Runtime {
         self.watch.list()
     }
 
+    /// The names of this worker's pods, from the cache: what gc keeps a pod's Secret or policy for.
+    pub fn pod_names(&self) -> std::collections::HashSet<String> {
+        self.pods()
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect()
+    }
+
     /// Waits until pod `name` is gone from the cache, up to `timeout`; true if it is.
     pub async fn wait_gone(&self, name: &str, timeout: Duration) -> bool {
         self.watch
