@@ -291,7 +291,7 @@ pub struct ScaleArgs {
     /// Pods deleted one at a time per driver, timing when the worker notices each.
     #[arg(long, default_value_t = 20)]
     pub deletions: usize,
-    /// The Go driver (`protocol/go/k8s/cmd/scale-worker`); built with `go build` when not given.
+    /// The Go driver (`go/cmd/scale-worker`); built with `go build` when not given.
     #[arg(long)]
     pub go_worker: Option<PathBuf>,
     /// Drivers to run, in order.

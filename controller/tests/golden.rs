@@ -1,4 +1,4 @@
-//! Golden files shared with the Go kit (`protocol/go/k8s`): the step pod `build_pod` makes for each
+//! Golden files shared with the Go kit (`go/k8s`): the step pod `build_pod` makes for each
 //! case of `protocol/testdata/steppod-cases.json`, compared field by field to `steppod-<case>.json`,
 //! and each hermetic case's NetworkPolicy to `hermetic-policy-<case>.json`; the token of
 //! `token.json`; the readiness verdicts of `progress.json`; and the image-pull Secret

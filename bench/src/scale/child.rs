@@ -16,7 +16,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 pub enum Kind {
     /// `controller::runtime::Runtime` and `controller::gc`, stepctl's library.
     Rust,
-    /// `k8s.Worker` of the Go kit (`protocol/go/k8s`).
+    /// `k8s.Worker` of the Go kit (`go/k8s`).
     Go,
     /// Memory analysis only: the Rust runtime's reflector with `managedFields` dropped before the
     /// store (`scale-worker --strip-managed-fields`); measured up to its filled cache.

@@ -35,7 +35,7 @@ use report::Results;
 
 /// Builds the Go driver into `dir` with the Go toolchain on PATH or in /usr/local/go.
 async fn build_go(dir: &Path) -> Result<PathBuf> {
-    let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protocol/go/k8s");
+    let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("../go");
     let out = dir.join("scale-worker");
     let go = if Path::new("/usr/local/go/bin/go").exists() {
         "/usr/local/go/bin/go"

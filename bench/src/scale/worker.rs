@@ -1,6 +1,6 @@
 //! The Rust driver of the scale benchmark (`stepshim-bench scale-worker`, started by the benchmark as
 //! its child): one `controller::runtime::Runtime` (one reflector on the worker's pods) answering the
-//! same line protocol on stdin and stdout as the Go driver `protocol/go/k8s/cmd/scale-worker`:
+//! same line protocol on stdin and stdout as the Go driver `go/cmd/scale-worker`:
 //! `tick` runs `controller::gc::collect` on the desired set `prefix0 .. prefix(count-1)` with no
 //! grace, `gone NAME MS` reports when the pod left the cache, `quit` stops. Replies are JSON lines
 //! (`ready`, `tick`, `watching`, `gone`, `error`), the first one `ready` once the cache is filled.

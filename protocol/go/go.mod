@@ -1,3 +1,0 @@
-module stepshim.dev/protocol/go
-
-go 1.26
