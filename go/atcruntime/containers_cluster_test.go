@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/k8s"
 )
 
@@ -109,7 +110,7 @@ func TestContainersCluster(t *testing.T) {
 	}
 	okc("the second FindOrCreateContainer with the same handle found the same pod (uid %s)", uid)
 
-	var out syncBuffer
+	var out shimtest.Buffer
 	runCtx, stopRun := context.WithCancel(ctx)
 	p, err := c2.Run(runCtx, ProcessSpec{Path: "sh", Args: []string{"-c",
 		`sleep 1; id -u; stat -c %U:%u:%g out; cat in/hello; echo $STEP; touch out/made`}}, ProcessIO{Stdout: &out, Stderr: &out})

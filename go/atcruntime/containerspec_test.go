@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/k8s"
 	"stepshim.dev/go/shim"
 )
@@ -148,7 +149,7 @@ func TestPodGone(t *testing.T) {
 
 func TestResolveOwnerReadsTheImagesUsers(t *testing.T) {
 	c := runShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	for user, want := range map[string]shim.Owner{
 		"root": {UID: 0, GID: 0}, "0": {UID: 0, GID: 0}, "1234": {UID: 1234, GID: 1234},
 		"1234:77": {UID: 1234, GID: 77}, "root:5": {UID: 0, GID: 5}, "0:root": {UID: 0, GID: 0},

@@ -20,11 +20,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/k8s"
 	"stepshim.dev/go/shim"
 )
-
-type localShim = shimProc
 
 // localPods is a worker of shim processes. onDelete runs after a pod's shim is stopped.
 type localPods struct {
@@ -32,7 +31,7 @@ type localPods struct {
 	name, ns string
 	key      k8s.Key
 	mu       sync.Mutex
-	shims    map[string]*localShim
+	shims    map[string]*shimtest.Proc
 	created  int
 	onDelete func(pod string)
 }
@@ -45,7 +44,7 @@ func newLocalPods(t *testing.T, worker string) *localPods {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lp := &localPods{t: t, name: worker, ns: "test", key: key, shims: map[string]*localShim{}}
+	lp := &localPods{t: t, name: worker, ns: "test", key: key, shims: map[string]*shimtest.Proc{}}
 	t.Cleanup(func() {
 		lp.mu.Lock()
 		names := make([]string, 0, len(lp.shims))
@@ -54,7 +53,7 @@ func newLocalPods(t *testing.T, worker string) *localPods {
 		}
 		lp.mu.Unlock()
 		for _, n := range names {
-			lp.stop(n, t.Failed())
+			lp.stop(n)
 		}
 	})
 	return lp
@@ -62,7 +61,7 @@ func newLocalPods(t *testing.T, worker string) *localPods {
 
 // start runs a shim for pod.
 func (lp *localPods) start(pod string) error {
-	ls, err := startShim(lp.t, lp.Token(pod), "info")
+	ls, err := shimtest.Start(lp.t, lp.Token(pod), shimtest.Options{})
 	if err != nil {
 		return fmt.Errorf("shim of %s: %w", pod, err)
 	}
@@ -81,7 +80,7 @@ func (lp *localPods) startPod(pod string) {
 	}
 }
 
-func (lp *localPods) stop(pod string, showLog bool) {
+func (lp *localPods) stop(pod string) {
 	lp.mu.Lock()
 	ls := lp.shims[pod]
 	delete(lp.shims, pod)
@@ -89,16 +88,13 @@ func (lp *localPods) stop(pod string, showLog bool) {
 	if ls == nil {
 		return
 	}
-	ls.stop()
-	if showLog {
-		lp.t.Logf("shim log of %s:\n%s", pod, ls.log.String())
-	}
+	ls.Stop()
 	if lp.onDelete != nil {
 		lp.onDelete(pod)
 	}
 }
 
-func (lp *localPods) get(pod string) *localShim {
+func (lp *localPods) get(pod string) *shimtest.Proc {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
 	return lp.shims[pod]
@@ -108,7 +104,7 @@ func (lp *localPods) Name() string            { return lp.name }
 func (lp *localPods) Namespace() string       { return lp.ns }
 func (lp *localPods) Token(pod string) string { return lp.key.Token(lp.ns, pod) }
 func (lp *localPods) Delete(_ context.Context, pod string) error {
-	lp.stop(pod, false)
+	lp.stop(pod)
 	return nil
 }
 
@@ -117,7 +113,7 @@ func (lp *localPods) Connect(_ context.Context, pod string) (*shim.Client, error
 	if ls == nil {
 		return nil, fmt.Errorf("no pod %s", pod)
 	}
-	return shim.New("http://"+ls.addr, lp.Token(pod))
+	return shim.New("http://"+ls.Addr, lp.Token(pod))
 }
 
 func (lp *localPods) PullSource(pod string) (string, string, error) {
@@ -125,7 +121,7 @@ func (lp *localPods) PullSource(pod string) (string, string, error) {
 	if ls == nil {
 		return "", "", fmt.Errorf("no pod %s", pod)
 	}
-	return "http://" + ls.addr, "", nil
+	return "http://" + ls.Addr, "", nil
 }
 
 // Get is a ready pod while pod's shim runs.

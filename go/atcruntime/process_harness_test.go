@@ -5,14 +5,13 @@
 package atcruntime
 
 import (
-	"bytes"
-	"context"
 	crand "crypto/rand"
 	"encoding/hex"
 	"sync"
 	"testing"
 	"time"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
 
@@ -22,17 +21,11 @@ func runShim(t *testing.T) *shim.Client {
 	var raw [32]byte
 	_, _ = crand.Read(raw[:])
 	token := hex.EncodeToString(raw[:])
-	p, err := startShim(t, token, "warn")
+	p, err := shimtest.Start(t, token, shimtest.Options{Log: "warn"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("shim log:\n%s", p.log.String())
-		}
-	})
-	c, err := shim.New("http://"+p.addr, token)
+	c, err := shim.New("http://"+p.Addr, token)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,40 +70,4 @@ func testContainer(t *testing.T, grace time.Duration) (*Container, *testPod) {
 	pod := &testPod{}
 	cfg := &Config{StopGrace: grace, RequestTimeout: 10 * time.Second}
 	return &Container{handle: "step", client: runShim(t), pod: pod, cfg: cfg}, pod
-}
-
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// eventually polls cond every 10 ms until it holds, failing the test after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// syncBuffer is a bytes.Buffer a stream may write while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
 
@@ -26,14 +27,14 @@ func sh(script string) ProcessSpec {
 
 func TestRunCtxBoundsOnlyTheStart(t *testing.T) {
 	c, _ := testContainer(t, time.Second)
-	runCtx, cancel := context.WithCancel(testContext(t))
-	var out syncBuffer
+	runCtx, cancel := context.WithCancel(shimtest.Context(t))
+	var out shimtest.Buffer
 	p, err := c.Run(runCtx, sh("echo start; sleep 0.5; echo end; exit 3"), ProcessIO{Stdout: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cancel()
-	res, err := p.Wait(testContext(t))
+	res, err := p.Wait(shimtest.Context(t))
 	if err != nil || res.ExitStatus != 3 || res.Signal != "" {
 		t.Fatalf("result %+v err %v, want status 3 after the Run ctx ended", res, err)
 	}
@@ -44,14 +45,14 @@ func TestRunCtxBoundsOnlyTheStart(t *testing.T) {
 
 func TestWaitCancelTermsAndKeepsOutputDuringGrace(t *testing.T) {
 	c, _ := testContainer(t, 5*time.Second)
-	var out syncBuffer
-	p, err := c.Run(testContext(t), sh(`trap 'echo got TERM; sleep 0.3; echo bye; exit 7' TERM
+	var out shimtest.Buffer
+	p, err := c.Run(shimtest.Context(t), sh(`trap 'echo got TERM; sleep 0.3; echo bye; exit 7' TERM
 echo ready; while :; do sleep 0.05; done`), ProcessIO{Stdout: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "ready", func() bool { return strings.Contains(out.String(), "ready") })
-	ctx, cancel := context.WithCancel(testContext(t))
+	shimtest.Eventually(t, 10*time.Second, "ready", func() bool { return strings.Contains(out.String(), "ready") })
+	ctx, cancel := context.WithCancel(shimtest.Context(t))
 	cancel()
 	start := time.Now()
 	_, err = p.Wait(ctx)
@@ -64,7 +65,7 @@ echo ready; while :; do sleep 0.05; done`), ProcessIO{Stdout: &out})
 	if out.String() != "ready\ngot TERM\nbye\n" {
 		t.Fatalf("output %q: the output during the grace period is lost", out.String())
 	}
-	if _, err := c.client.Status(testContext(t), p.ID()); !shim.IsNotFound(err) {
+	if _, err := c.client.Status(shimtest.Context(t), p.ID()); !shim.IsNotFound(err) {
 		t.Fatalf("the stopped process is still in the shim: %v", err)
 	}
 }
@@ -72,14 +73,14 @@ echo ready; while :; do sleep 0.05; done`), ProcessIO{Stdout: &out})
 func TestWaitCancelKillsAfterGrace(t *testing.T) {
 	const grace = 1500 * time.Millisecond
 	c, _ := testContainer(t, grace)
-	var out syncBuffer
-	p, err := c.Run(testContext(t), ProcessSpec{ID: "task", Path: "/bin/sh", Args: []string{"-c",
+	var out shimtest.Buffer
+	p, err := c.Run(shimtest.Context(t), ProcessSpec{ID: "task", Path: "/bin/sh", Args: []string{"-c",
 		`trap 'echo caught' TERM; echo ready; while :; do sleep 0.05; done`}}, ProcessIO{Stdout: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "ready", func() bool { return strings.Contains(out.String(), "ready") })
-	ctx, cancel := context.WithCancel(testContext(t))
+	shimtest.Eventually(t, 10*time.Second, "ready", func() bool { return strings.Contains(out.String(), "ready") })
+	ctx, cancel := context.WithCancel(shimtest.Context(t))
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start := time.Now()
 	_, err = p.Wait(ctx)
@@ -94,7 +95,7 @@ func TestWaitCancelKillsAfterGrace(t *testing.T) {
 		t.Fatalf("output %q: the trap's output during the grace period is lost", out.String())
 	}
 	// Stopped, even with an id of the caller's: it is gone.
-	if _, err := c.client.Status(testContext(t), "task"); !shim.IsNotFound(err) {
+	if _, err := c.client.Status(shimtest.Context(t), "task"); !shim.IsNotFound(err) {
 		t.Fatalf("the killed process is still in the shim: %v", err)
 	}
 }
@@ -102,7 +103,7 @@ func TestWaitCancelKillsAfterGrace(t *testing.T) {
 // gateWriter writes into buf until it holds at least after bytes, then blocks until released: the
 // process's offset then stands just past the bytes in buf.
 type gateWriter struct {
-	buf     syncBuffer
+	buf     shimtest.Buffer
 	after   int
 	once    sync.Once
 	blocked chan struct{}
@@ -119,7 +120,7 @@ func (g *gateWriter) Write(p []byte) (int, error) {
 
 func TestAttachFromOffsetWritesNoByteTwice(t *testing.T) {
 	c, _ := testContainer(t, time.Second)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	script := `for i in $(seq 1 60); do echo "line $i"; echo "err $i" >&2; sleep 0.01; done`
 	gate := &gateWriter{after: 100, blocked: make(chan struct{}), release: make(chan struct{})}
 	p1, err := c.Run(ctx, ProcessSpec{ID: "task", Path: "/bin/sh", Args: []string{"-c", script}},
@@ -133,7 +134,7 @@ func TestAttachFromOffsetWritesNoByteTwice(t *testing.T) {
 	if offset <= 0 {
 		t.Fatalf("offset %d after %d bytes written", offset, len(before))
 	}
-	var rest syncBuffer
+	var rest shimtest.Buffer
 	p2, err := c.AttachFrom(ctx, "task", offset, ProcessIO{Stdout: &rest, Stderr: &rest})
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +151,7 @@ func TestAttachFromOffsetWritesNoByteTwice(t *testing.T) {
 		t.Fatalf("kept %q + resumed %q is not each line once", before, rest.String())
 	}
 	// Attach replays from byte 0, as a resource step needs.
-	var all syncBuffer
+	var all shimtest.Buffer
 	p3, err := c.Attach(ctx, "task", ProcessIO{Stdout: &all, Stderr: &all})
 	if err != nil {
 		t.Fatal(err)
@@ -179,17 +180,17 @@ func TestAttachFromOffsetWritesNoByteTwice(t *testing.T) {
 
 func TestTTYAndSetTTY(t *testing.T) {
 	c, _ := testContainer(t, time.Second)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	stdinR, stdinW := io.Pipe()
 	defer stdinW.Close()
-	var out syncBuffer
+	var out shimtest.Buffer
 	// A zero size is 80x24, as Garden gives a hijacked process without one.
 	p, err := c.Run(ctx, ProcessSpec{Path: "sh", Args: []string{"-c", "stty size; read x; stty size"},
 		TTY: &TTYSpec{}}, ProcessIO{Stdin: stdinR, Stdout: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the first stty size", func() bool { return strings.Contains(out.String(), "24 80") })
+	shimtest.Eventually(t, 20*time.Second, "the first stty size", func() bool { return strings.Contains(out.String(), "24 80") })
 	if err := p.SetTTY(TTYSpec{WindowSize: WindowSize{Columns: 120, Rows: 40}}); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +226,7 @@ func sortedLines(s string) string {
 
 func TestGeneratedIDsAreDeletedAfterWait(t *testing.T) {
 	c, _ := testContainer(t, time.Second)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	for i := 0; i < 5; i++ {
 		p, err := c.Run(ctx, sh("echo hi"), ProcessIO{})
 		if err != nil {
@@ -256,7 +257,7 @@ func TestGeneratedIDsAreDeletedAfterWait(t *testing.T) {
 
 func TestExecutableNotFoundIsTyped(t *testing.T) {
 	c, _ := testContainer(t, time.Second)
-	_, err := c.Run(testContext(t), ProcessSpec{Path: "/no/such/program"}, ProcessIO{})
+	_, err := c.Run(shimtest.Context(t), ProcessSpec{Path: "/no/such/program"}, ProcessIO{})
 	var enf *ExecutableNotFoundError
 	if !errors.As(err, &enf) || enf.Path != "/no/such/program" || !errors.Is(err, shim.ErrExecutableNotFound) {
 		t.Fatalf("err %v (%T), want an *ExecutableNotFoundError", err, err)
@@ -265,7 +266,7 @@ func TestExecutableNotFoundIsTyped(t *testing.T) {
 
 func TestResultNamesTheSignal(t *testing.T) {
 	c, _ := testContainer(t, time.Second)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	p, err := c.Run(ctx, sh("kill -KILL $$"), ProcessIO{})
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +282,7 @@ func TestResultNamesTheSignal(t *testing.T) {
 
 func TestPodEndFailsWaitAtOnce(t *testing.T) {
 	c, pod := testContainer(t, 10*time.Second)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	p, err := c.Run(ctx, sh("sleep 30"), ProcessIO{})
 	if err != nil {
 		t.Fatal(err)

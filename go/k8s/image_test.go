@@ -6,14 +6,11 @@
 package k8s
 
 import (
-	"bufio"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
+	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -24,6 +21,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"stepshim.dev/go/internal/shimtest"
 )
 
 func TestImageFromNamesAndReferences(t *testing.T) {
@@ -228,38 +227,19 @@ func TestGCSelectsTheSecretsWhosePodIsGone(t *testing.T) {
 // the port.
 func realShim(t *testing.T, token string) int {
 	t.Helper()
-	bin := os.Getenv("STEPSHIM_BIN")
-	if bin == "" {
-		bin, _ = filepath.Abs(filepath.Join("..", "..", "target", "debug", "stepshim"))
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("stepshim binary not found at %s (%v): cargo build -p stepshim, or set STEPSHIM_BIN", bin, err)
-	}
-	sum := sha256.Sum256([]byte(token))
-	ready := filepath.Join(t.TempDir(), "ready")
-	cmd := exec.Command(bin)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "STEPSHIM_READY_FILE=" + ready,
-		"STEPSHIM_LISTEN=127.0.0.1:0", "STEPSHIM_TOKEN_SHA256=" + hex.EncodeToString(sum[:]),
-		"STEPSHIM_DATA_DIR=" + t.TempDir(), "STEPSHIM_GRACE_SECONDS=1", "NO_COLOR=1"}
-	if err := cmd.Start(); err != nil {
+	p, err := shimtest.Start(t, token, shimtest.Options{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		f, err := os.Open(ready)
-		if err != nil {
-			continue
-		}
-		line, _ := bufio.NewReader(f).ReadString('\n')
-		f.Close()
-		if i := strings.LastIndex(strings.TrimSpace(line), ":"); i > 0 {
-			if port, err := strconv.Atoi(strings.TrimSpace(line)[i+1:]); err == nil {
-				return port
-			}
-		}
+	_, port, err := net.SplitHostPort(p.Addr)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("the shim wrote no address")
-	return 0
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func TestCreateWithImageFromAStepPod(t *testing.T) {

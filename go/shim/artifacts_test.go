@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
 
@@ -57,7 +58,7 @@ func sameTree(t *testing.T, a, b string) {
 
 func TestTreeStreamsAndPull(t *testing.T) {
 	a, b := startShim(t), startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	srcRoot, dstRoot := t.TempDir(), t.TempDir()
 	writeTree(t, srcRoot)
 	// Through the caller: a tar of the contents out of one shim and into the other.
@@ -104,7 +105,7 @@ func TestTreeStreamsAndPull(t *testing.T) {
 
 func TestGrantsAndResumedStreams(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	root := t.TempDir()
 	writeTree(t, root)
 	token, g, err := s.Client.Grant(ctx, root, 60e9, 0)

@@ -14,12 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
 
 func TestInfoHealthzMetrics(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	if err := s.Client.Healthz(ctx); err != nil {
 		t.Fatalf("healthz: %v", err)
 	}
@@ -44,7 +45,7 @@ func TestInfoHealthzMetrics(t *testing.T) {
 
 func TestUnauthorized(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	for _, token := range []string{"wrong", ""} {
 		c := s.clientAt(t, s.Addr, token)
 		_, err := c.Info(ctx)
@@ -68,7 +69,7 @@ func TestUnauthorized(t *testing.T) {
 
 func TestSpawnIdempotentAndConflict(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	spec := shim.Spec{Path: "/bin/sh", Args: []string{"-c", "exit 3"}, Env: []string{"A=1"}}
 	p1, created, err := s.Client.Spawn(ctx, "idem", spec)
 	if err != nil || !created {
@@ -108,7 +109,7 @@ func TestSpawnIdempotentAndConflict(t *testing.T) {
 
 func TestExecutableNotFound(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	for _, path := range []string{"/nonexistent/tool", "no-such-command-on-path", "/etc/hostname"} {
 		_, _, err := s.Client.Spawn(ctx, "nx", shim.Spec{Path: path})
 		if !errors.Is(err, shim.ErrExecutableNotFound) || !shim.IsExecutableNotFound(err) {
@@ -126,7 +127,7 @@ func TestExecutableNotFound(t *testing.T) {
 
 func TestWaitListAndRawOutput(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	if _, err := s.Client.Run(ctx, "b-reader", shim.Spec{Path: "sh", Args: []string{"-c", "read x; echo got $x"}, Stdin: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +187,7 @@ func TestWaitListAndRawOutput(t *testing.T) {
 
 func TestStdinOffsetsAndEOF(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	id := "cat"
 	if _, err := s.Client.Run(ctx, id, shim.Spec{Path: "sh", Args: []string{"-c", "cat; echo EOF-SEEN; exec sleep 30"}, Stdin: true}); err != nil {
 		t.Fatal(err)
@@ -215,7 +216,7 @@ func TestStdinOffsetsAndEOF(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out shimtest.Buffer
 	waitOutput(t, s, id, &out, "EOF-SEEN\n")
 	if got := out.String(); got != "hello world\nsecond line\nEOF-SEEN\n" {
 		t.Fatalf("stdin arrived as %q", got)
@@ -249,9 +250,9 @@ func TestStdinOffsetsAndEOF(t *testing.T) {
 }
 
 // waitOutput follows id's output into out until it contains want (the process keeps running).
-func waitOutput(t *testing.T, s *testShim, id string, out *syncBuffer, want string) {
+func waitOutput(t *testing.T, s *testShim, id string, out *shimtest.Buffer, want string) {
 	t.Helper()
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := s.Client.Follow(ctx, id, 0, func(f shim.Frame) error {
@@ -262,17 +263,17 @@ func waitOutput(t *testing.T, s *testShim, id string, out *syncBuffer, want stri
 		})
 		errc <- err
 	}()
-	eventually(t, 20*time.Second, "output "+strconv.Quote(want), func() bool { return strings.Contains(out.String(), want) })
+	shimtest.Eventually(t, 20*time.Second, "output "+strconv.Quote(want), func() bool { return strings.Contains(out.String(), want) })
 }
 
 func TestSignalGoesToTheGroup(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	id := "group"
 	if _, err := s.Client.Run(ctx, id, shim.Spec{Path: "sh", Args: []string{"-c", "sleep 100 & echo $!; wait"}}); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out shimtest.Buffer
 	waitOutput(t, s, id, &out, "\n")
 	child, err := strconv.Atoi(strings.TrimSpace(out.String()))
 	if err != nil {
@@ -294,7 +295,7 @@ func TestSignalGoesToTheGroup(t *testing.T) {
 		t.Fatalf("exit = %+v, want killed by signal 15", p.Exit)
 	}
 	// The background child got the signal too (and the shim, its subreaper, reaped it).
-	eventually(t, 10*time.Second, "the background sleep to be gone", func() bool {
+	shimtest.Eventually(t, 10*time.Second, "the background sleep to be gone", func() bool {
 		_, err := os.Stat(filepath.Join("/proc", strconv.Itoa(child)))
 		return os.IsNotExist(err)
 	})
@@ -305,7 +306,7 @@ func TestSignalGoesToTheGroup(t *testing.T) {
 
 func TestDelete(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	spec := shim.Spec{Path: "sleep", Args: []string{"100"}}
 	if _, err := s.Client.Run(ctx, "d", spec); err != nil {
 		t.Fatal(err)

@@ -8,12 +8,13 @@ import (
 	"path/filepath"
 	"testing"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
 
 func TestFilesLength(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "a"), bytes.Repeat([]byte("x"), 5000), 0o644); err != nil {
 		t.Fatal(err)

@@ -14,12 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
 
 func TestFilesRoundTrip(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	dir := filepath.Join(t.TempDir(), "in", "deep")
 	mtime := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
 	var in bytes.Buffer

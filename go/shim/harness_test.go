@@ -1,16 +1,13 @@
-// Test harness: starts the real stepshim binary built by cargo on 127.0.0.1:0, a TCP proxy that cuts
-// connections mid-response, and small helpers for polling with deadlines. With STEPSHIM_TEST_TLS=1
+// Test harness: the real stepshim binary built by cargo on 127.0.0.1:0 (package shimtest runs it),
+// clients of it, and a TCP proxy that cuts connections mid-response. With STEPSHIM_TEST_TLS=1
 // every shim serves TLS (PROTOCOL.md 1.1) with the seed of its token and every client pins it, so
 // the whole suite runs over TLS against a build with TLS (tests/run does both).
 
 package shim_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	crand "crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
 	"io"
@@ -18,16 +15,12 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
 
@@ -74,31 +67,11 @@ func (s *testShim) httpClient(t *testing.T) *http.Client {
 // testTLS says whether startShim serves TLS: STEPSHIM_TEST_TLS=1.
 func testTLS() bool { return os.Getenv("STEPSHIM_TEST_TLS") == "1" }
 
-var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;]*m")
-
-// shimBinary finds the stepshim binary: $STEPSHIM_BIN, else the cargo debug build of this repository.
-func shimBinary(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv("STEPSHIM_BIN")
-	if bin == "" {
-		abs, err := filepath.Abs(filepath.Join("..", "..", "target", "debug", "stepshim"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		bin = abs
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("stepshim binary not found at %s (%v): run `cargo build -p stepshim` in the repository root, "+
-			"or set STEPSHIM_BIN to the binary", bin, err)
-	}
-	return bin
-}
-
 // startShim runs the shim with a random token until the end of the test, serving TLS when
 // STEPSHIM_TEST_TLS=1.
 func startShim(t *testing.T) *testShim {
 	t.Helper()
-	return launchShim(t, shimBinary(t), testTLS())
+	return launchShim(t, shimtest.Binary(t), testTLS())
 }
 
 // launchShim runs bin with a random token until the end of the test; with tls, it serves TLS with the
@@ -108,129 +81,21 @@ func launchShim(t *testing.T, bin string, tls bool) *testShim {
 	var raw [32]byte
 	_, _ = crand.Read(raw[:])
 	token := hex.EncodeToString(raw[:])
-	sum := sha256.Sum256([]byte(token))
-
-	cmd := exec.Command(bin)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "STEPSHIM_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	// The shim writes its address to the ready file once it serves (PROTOCOL.md section 7).
-	readyFile := filepath.Join(t.TempDir(), "ready")
-	cmd.Env = append(cmd.Env,
-		"STEPSHIM_READY_FILE="+readyFile,
-		"STEPSHIM_LISTEN=127.0.0.1:0",
-		"STEPSHIM_TOKEN_SHA256="+hex.EncodeToString(sum[:]),
-		"STEPSHIM_LOG=info",
-		"STEPSHIM_DATA_DIR="+t.TempDir(),
-		"STEPSHIM_GRACE_SECONDS=1",
-		"NO_COLOR=1",
-	)
+	opt := shimtest.Options{Bin: bin}
 	if tls {
 		seed := shim.TLSSeed(token)
-		cmd.Env = append(cmd.Env, "STEPSHIM_TLS_SEED="+hex.EncodeToString(seed[:]))
+		opt.TLSSeed = hex.EncodeToString(seed[:])
 	}
-	stderr, err := cmd.StderrPipe()
+	p, err := shimtest.Start(t, token, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-
-	// Drain stderr for the whole run (a full pipe would block the shim), remembering it for failures.
-	var logMu sync.Mutex
-	var logBuf bytes.Buffer
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := ansiEscape.ReplaceAllString(sc.Text(), "")
-			logMu.Lock()
-			logBuf.WriteString(line + "\n")
-			logMu.Unlock()
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			logMu.Lock()
-			t.Logf("shim log:\n%s", logBuf.String())
-			logMu.Unlock()
-		}
-	})
-
-	var addr string
-	deadline := time.Now().Add(15 * time.Second)
-	for addr == "" {
-		if b, err := os.ReadFile(readyFile); err == nil {
-			addr = strings.TrimSpace(string(b))
-			break
-		}
-		select {
-		case <-exited:
-			logMu.Lock()
-			defer logMu.Unlock()
-			t.Fatalf("stepshim exited before it was ready:\n%s", logBuf.String())
-		case <-time.After(5 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("stepshim wrote no ready file within 15s")
-		}
-	}
-	s := &testShim{URL: "http://" + addr, Addr: addr, Token: token}
+	s := &testShim{URL: "http://" + p.Addr, Addr: p.Addr, Token: token}
 	if tls {
-		s.URL, s.Pin = "https://"+addr, shim.TLSPinOfToken(token)
+		s.URL, s.Pin = "https://"+p.Addr, shim.TLSPinOfToken(token)
 	}
-	s.Client = s.clientAt(t, addr, token)
+	s.Client = s.clientAt(t, p.Addr, token)
 	return s
-}
-
-// ctx is a context for one test, bounded so that a hang fails instead of stalling CI.
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// eventually polls cond every 10ms until it holds, failing the test after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// syncBuffer is a bytes.Buffer that a stream may write while the test polls it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // cutProxy forwards TCP connections to a target and cuts each one after a random number of bytes of

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
 
@@ -48,7 +49,7 @@ func ownedTar(t *testing.T) *bytes.Buffer {
 func TestPutFilesAsGivesTheOwner(t *testing.T) {
 	s := startShim(t)
 	skipBefore020(t, s, "owners on uploads")
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	dir := filepath.Join(t.TempDir(), "new", "dir")
 	want := shim.Owner{UID: 1000, GID: 1001}
 	err := s.Client.PutFilesAs(ctx, dir, &want, ownedTar(t))
@@ -81,7 +82,7 @@ func TestPutFilesAsGivesTheOwner(t *testing.T) {
 func TestPullSpecOwner(t *testing.T) {
 	src, dst := startShim(t), startShim(t)
 	skipBefore020(t, dst, "owners on pulls")
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	root := t.TempDir()
 	writeTree(t, root)
 	token, _, err := src.Client.Grant(ctx, root, time.Minute, 0)
@@ -117,7 +118,7 @@ func TestPullSpecOwner(t *testing.T) {
 func TestRemoveFiles(t *testing.T) {
 	s := startShim(t)
 	skipBefore020(t, s, "DELETE /v1/files")
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	root := t.TempDir()
 	writeTree(t, root)
 	outside := t.TempDir()

@@ -12,13 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
 
 func TestPropertiesRoundTrip(t *testing.T) {
 	s := startShim(t)
 	skipWithoutProperties(t, s)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	c := s.Client
 	got, err := c.Properties(ctx)
 	if err != nil || got == nil || len(got) != 0 {
@@ -70,7 +71,7 @@ func TestPropertiesRoundTrip(t *testing.T) {
 func TestPropertiesLimits(t *testing.T) {
 	s := startShim(t)
 	skipWithoutProperties(t, s)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	c := s.Client
 	// A value over STEPSHIM_PROPERTIES_MAX_VALUE_BYTES (1 MiB by default): 413, nothing stored.
 	err := c.SetProperty(ctx, "big", strings.Repeat("x", 1<<20+1))
@@ -103,7 +104,7 @@ func TestPropertiesLimits(t *testing.T) {
 func TestPropertiesRefuseGrantTokens(t *testing.T) {
 	s := startShim(t)
 	skipWithoutProperties(t, s)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	if err := s.Client.SetProperty(ctx, "secret", "s3cret"); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestPropertiesRefuseGrantTokens(t *testing.T) {
 // plain exit and a plain SIGKILL (the cluster's 45-oom test sees it true).
 func TestExitOOMKilledIsFalseForOtherDeaths(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	for id, script := range map[string]string{"plain": "exit 3", "killed": "kill -KILL $$"} {
 		if _, err := s.Client.Run(ctx, id, shim.Spec{Path: "/bin/sh", Args: []string{"-c", script}}); err != nil {
 			t.Fatal(err)

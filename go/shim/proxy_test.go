@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
 
@@ -82,7 +83,7 @@ func (k kubeCreds) RoundTrip(r *http.Request) (*http.Response, error) {
 
 func TestViaProxyEverythingWorks(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	px := startAPIProxy(t, s.URL)
 	c, err := shim.NewViaProxy(px.srv.URL+podProxyPath, kubeCreds{http.DefaultTransport}, s.Token)
 	if err != nil {
@@ -100,7 +101,7 @@ func TestViaProxyEverythingWorks(t *testing.T) {
 		"stty size; read x; echo got-$x; stty size; exit 3"}, Stdin: true, TTY: &shim.TTYSize{Cols: 80, Rows: 24}}); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out shimtest.Buffer
 	followed := make(chan *shim.Exit, 1)
 	go func() {
 		exit, err := c.Follow(ctx, "tty", 0, func(f shim.Frame) error {
@@ -114,7 +115,7 @@ func TestViaProxyEverythingWorks(t *testing.T) {
 		}
 		followed <- exit
 	}()
-	eventually(t, 20*time.Second, "the first stty size", func() bool { return strings.Contains(out.String(), "24 80") })
+	shimtest.Eventually(t, 20*time.Second, "the first stty size", func() bool { return strings.Contains(out.String(), "24 80") })
 	if _, err := c.Resize(ctx, "tty", shim.TTYSize{Cols: 100, Rows: 30}); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
 
@@ -43,7 +44,7 @@ func seqOutput(n int) []byte {
 
 func TestAttachResumesThroughCutConnections(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	proxy := startProxy(t, s, 4<<10, 64<<10, 1<<20+64<<10)
 	cut := s.clientAt(t, proxy.Addr(), s.Token)
 	cut.MinBackoff, cut.MaxBackoff = time.Millisecond, 20*time.Millisecond
@@ -76,7 +77,7 @@ func TestAttachResumesThroughCutConnections(t *testing.T) {
 
 func TestStdinRetriesThroughCutConnections(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	// Answers to stdin requests are ~200 bytes: most connections are cut before or inside the first.
 	proxy := startProxy(t, s, 512)
 	cut := s.clientAt(t, proxy.Addr(), s.Token)
@@ -128,7 +129,7 @@ func (s *smallReads) Read(p []byte) (int, error) { return s.r.Read(p[:min(len(p)
 
 func TestFollowResumesAfterIdleConnection(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	c := s.clientAt(t, s.Addr, s.Token)
 	// Far below the shim's 10 s keepalive: every quiet spell looks like a dead connection.
 	c.FollowIdle = 100 * time.Millisecond

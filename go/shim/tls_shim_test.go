@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
 
@@ -28,11 +29,11 @@ func tlsShimBinary(t *testing.T) string {
 		return bin
 	}
 	if testTLS() {
-		return shimBinary(t)
+		return shimtest.Binary(t)
 	}
 	var tried []string
 	for _, dir := range []string{"debug", "image"} {
-		bin, err := filepath.Abs(filepath.Join("..", "..", "target", dir, "stepshim-tls"))
+		bin, err := filepath.Abs(filepath.Join(shimtest.RepoRoot(t), "target", dir, "stepshim-tls"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +55,7 @@ func startTLSShim(t *testing.T) *testShim {
 
 func TestRealTLSShimHandshakes(t *testing.T) {
 	s := startTLSShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	if _, err := s.Client.CheckProtocol(ctx); err != nil {
 		t.Fatalf("the pinned client: %v", err)
 	}
@@ -119,7 +120,7 @@ func TestRealTLSShimHandshakes(t *testing.T) {
 
 func TestRealTLSPullNamesTheSourcePin(t *testing.T) {
 	a, b := startTLSShim(t), startTLSShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	srcRoot, dstRoot := t.TempDir(), t.TempDir()
 	writeTree(t, srcRoot)
 	token, g, err := a.Client.Grant(ctx, srcRoot, time.Minute, 0)

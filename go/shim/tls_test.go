@@ -31,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
 
@@ -150,7 +151,7 @@ func (s *tlsServer) URL() string { return s.srv.URL }
 const testToken = "c3a1f08e5b2d94e7016fa8d3b5c9e2f4a7d1086b3e5f9c2a4d7e0b1f6a3c8d5e"
 
 func TestTLSPinnedKeyIsAccepted(t *testing.T) {
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	s := startTLSServer(t, selfSigned(t, shim.TLSKey(shim.TLSSeed(testToken))), tls.VersionTLS13, testToken)
 	c, err := shim.NewTLS(s.URL(), testToken, shim.TLSPinOfToken(testToken))
 	if err != nil {
@@ -257,7 +258,7 @@ func TestTLS12AndPlainHTTPAreRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Info(testContext(t)); err == nil {
+	if _, err := c.Info(shimtest.Context(t)); err == nil {
 		t.Fatal("a plain HTTP server answered a TLS client")
 	}
 }

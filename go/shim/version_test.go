@@ -12,12 +12,13 @@ import (
 	"strings"
 	"testing"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
 
 func TestCheckProtocolAcceptsTheRealShim(t *testing.T) {
 	s := startShim(t)
-	info, err := s.Client.CheckProtocol(testContext(t))
+	info, err := s.Client.CheckProtocol(shimtest.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func infoServer(t *testing.T, protocol int) *shim.Client {
 }
 
 func TestCheckProtocolRefusesAnotherVersion(t *testing.T) {
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	for _, tc := range []struct {
 		protocol int
 		advice   string
@@ -73,7 +74,7 @@ func TestCheckProtocolRefusesAnotherVersion(t *testing.T) {
 
 func TestMissingRouteIsUnsupported(t *testing.T) {
 	c := infoServer(t, shim.ProtocolVersion)
-	_, err := c.Grants(testContext(t))
+	_, err := c.Grants(shimtest.Context(t))
 	if !shim.IsUnsupported(err) || shim.IsNotFound(err) {
 		t.Fatalf("err = %v: want unsupported, not a missing object", err)
 	}

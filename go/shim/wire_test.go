@@ -8,13 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
 
 // TestWireEdges checks answers a client relies on but cannot reach through this package's API.
 func TestWireEdges(t *testing.T) {
 	s := startShim(t)
-	ctx := testContext(t)
+	ctx := shimtest.Context(t)
 	do := func(method, path, body string) (*http.Response, *shim.APIError) {
 		t.Helper()
 		req, err := http.NewRequestWithContext(ctx, method, s.URL+path, strings.NewReader(body))
