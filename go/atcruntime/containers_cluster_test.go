@@ -132,7 +132,43 @@ func TestContainersCluster(t *testing.T) {
 	}
 	okc("LookupContainer found it with its defaults from the shim's properties")
 
+	getReadsItsDir(t, ctx, w, image)
 	podDeletedMidWait(t, ctx, w, kit, found)
+}
+
+// getReadsItsDir makes a container as ATC's get step does, naming only Dir: the mounts hold
+// /scratch and a volume at Dir, both owned by the step user, and what the step wrote in Dir is
+// what that volume streams out (ATC's get reads its result from the volume mounted at Dir).
+func getReadsItsDir(t *testing.T, ctx context.Context, w *Worker, image string) {
+	const dir = "/tmp/build/get"
+	c, mounts, err := w.FindOrCreateContainer(ctx, "atc-core-get", ContainerSpec{Type: "get",
+		StepName: "get", ImageSpec: ImageSpec{ImageURL: image}, Dir: dir, User: "nobody"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mountList(mounts); got != "/scratch=pod/atc-core-get/scratch,"+dir+"=pod/atc-core-get"+dir {
+		t.Fatalf("mounts of a get naming only Dir: %s", got)
+	}
+	var out shimtest.Buffer
+	p, err := c.Run(ctx, ProcessSpec{Path: "sh", Args: []string{"-c",
+		`stat -c %U /scratch .; pwd; echo v1 > version; touch /scratch/x`}}, ProcessIO{Stdout: &out, Stderr: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := p.Wait(ctx); err != nil || res.ExitStatus != 0 || out.String() != "nobody\nnobody\n"+dir+"\n" {
+		t.Fatalf("the get's process: %+v %v, output %q", res, err, out.String())
+	}
+	r, err := mounts[1].Volume.StreamOut(ctx, "version", Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	h, err := tar.NewReader(r).Next()
+	if err != nil || h.Name != "version" || h.Size != 3 {
+		t.Fatalf("the volume at Dir streamed %+v, %v", h, err)
+	}
+	okc("a get naming only Dir got /scratch and %s, both the step user's, and the volume at Dir "+
+		"streams what the step wrote there", dir)
 }
 
 func mountList(ms []VolumeMount) string {

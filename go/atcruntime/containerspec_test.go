@@ -87,18 +87,34 @@ func TestImageRef(t *testing.T) {
 }
 
 func TestMountPaths(t *testing.T) {
-	p, err := mountPaths(ContainerSpec{
-		Dir:     "/tmp/build/x",
-		Inputs:  []Input{{DestinationPath: "src"}, {DestinationPath: "/abs/in/"}},
-		Caches:  []string{"cache"},
-		Outputs: map[string]string{"z": "out-z", "a": "/tmp/build/x/out-a"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"/tmp/build/x/src", "/abs/in", "/tmp/build/x/cache", "/tmp/build/x/out-a", "/tmp/build/x/out-z"}
-	if !slices.Equal(p.all, want) {
-		t.Fatalf("paths %q, want %q", p.all, want)
+	for _, tc := range []struct {
+		name string
+		spec ContainerSpec
+		want []string
+	}{
+		{"a task: scratch, the working directory, then the rest by path", ContainerSpec{
+			Dir:     "/tmp/build/x",
+			Inputs:  []Input{{DestinationPath: "src"}, {DestinationPath: "/abs/in/"}},
+			Caches:  []string{"cache"},
+			Outputs: map[string]string{"z": "out-z", "a": "/tmp/build/x/out-a"},
+		}, []string{"/scratch", "/tmp/build/x", "/abs/in", "/tmp/build/x/cache", "/tmp/build/x/out-a",
+			"/tmp/build/x/out-z", "/tmp/build/x/src"}},
+		// ATC's get step names only Dir and reads its result from the volume mounted there.
+		{"a get", ContainerSpec{Dir: "/tmp/build/get"}, []string{"/scratch", "/tmp/build/get"}},
+		{"a check", ContainerSpec{}, []string{"/scratch"}},
+		{"an output at an input's path is that input; Dir taken by an output", ContainerSpec{
+			Dir:     "/tmp/build/put/",
+			Inputs:  []Input{{DestinationPath: "repo"}},
+			Outputs: map[string]string{"repo": "repo/", "all": "."},
+		}, []string{"/scratch", "/tmp/build/put", "/tmp/build/put/repo"}},
+	} {
+		p, err := mountPaths(tc.spec)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !slices.Equal(p.all, tc.want) {
+			t.Errorf("%s: paths %q, want %q", tc.name, p.all, tc.want)
+		}
 	}
 	if _, err := mountPaths(ContainerSpec{Caches: []string{"rel"}}); err == nil {
 		t.Fatal("a relative path without Dir passed")

@@ -88,7 +88,9 @@ func NewWorker(cfg Config) (*Worker, error) {
 func (w *Worker) Name() string { return w.kit.Name() }
 
 // FindOrCreateContainer makes sure the step pod handle exists as spec says and returns it with its
-// mounts (inputs, caches, then outputs by name, each a PodVolume of the pod). A pod of that name is
+// mounts, each a PodVolume of the pod, in Garden's order: ScratchPath, spec.Dir when no other mount
+// is there (a get step reads its result from the volume at Dir), then the inputs, caches and outputs
+// by path. A pod of that name is
 // found, not created again. Until the pod's shim holds PropertyReady the set-up runs: output and cache
 // directories created owned by spec.User, inputs streamed in, task caches restored. spec is not
 // compared with a pod found. A pod that will never be ready is a *k8s.PodFailedError; one that
@@ -168,8 +170,15 @@ func (w *Worker) imageFrom(ctx context.Context, art Artifact, teamID int) (*k8s.
 	return &k8s.ImageFrom{Pod: v.Pod(), Path: v.Path()}, nil
 }
 
-// paths are a spec's mount paths, absolute: inputs, caches, outputs, and all of them in that order.
+// ScratchPath is the empty directory every container gets, as Garden mounts a scratch volume.
+const ScratchPath = "/scratch"
+
+// paths are a spec's mount paths, absolute and clean: the scratch directory, the working directory
+// when no input, cache or output is there, the inputs, the caches, the outputs (by name; one at an
+// input's path is that input, as in Garden), and all of them in Garden's order: scratch, working
+// directory, then the others by path.
 type paths struct {
+	workdir                      string
 	inputs, caches, outputs, all []string
 }
 
@@ -199,14 +208,30 @@ func mountPaths(spec ContainerSpec) (paths, error) {
 		if err != nil {
 			return p, err
 		}
-		p.outputs = append(p.outputs, abs)
+		if !slices.Contains(p.inputs, abs) {
+			p.outputs = append(p.outputs, abs)
+		}
 	}
-	p.all = slices.Concat(p.inputs, p.caches, p.outputs)
+	io := slices.Concat(p.inputs, p.caches, p.outputs)
+	slices.Sort(io)
+	io = slices.Compact(io)
+	p.all = []string{ScratchPath}
+	if spec.Dir != "" {
+		dir, err := containerPath("/", spec.Dir)
+		if err != nil {
+			return p, err
+		}
+		if !slices.Contains(io, dir) && dir != ScratchPath {
+			p.workdir = dir
+			p.all = append(p.all, dir)
+		}
+	}
+	p.all = append(p.all, slices.DeleteFunc(io, func(d string) bool { return d == ScratchPath })...)
 	return p, nil
 }
 
-// setUp records the process defaults, creates the output and cache directories owned by the step
-// user, streams the inputs in, restores the caches, and marks the pod ready.
+// setUp records the process defaults, creates the scratch, working, output and cache directories
+// owned by the step user, streams the inputs in, restores the caches, and marks the pod ready.
 func (w *Worker) setUp(ctx context.Context, c *Container, spec ContainerSpec, p paths) error {
 	for name, value := range map[string]string{PropertyUser: spec.User, PropertyDir: spec.Dir} {
 		if value != "" {
@@ -223,7 +248,11 @@ func (w *Worker) setUp(ctx context.Context, c *Container, spec ContainerSpec, p 
 	if err := tar.NewWriter(&empty).Close(); err != nil {
 		return err
 	}
-	for _, dir := range slices.Concat(p.outputs, p.caches) {
+	made := slices.Concat([]string{ScratchPath}, p.outputs, p.caches)
+	if p.workdir != "" {
+		made = append(made, p.workdir)
+	}
+	for _, dir := range made {
 		err := retry(ctx, func() error {
 			return c.client.PutFilesAs(ctx, dir, owner, bytes.NewReader(empty.Bytes()))
 		})

@@ -190,8 +190,9 @@ func (a *atcWay) Get(ctx context.Context, res resource, b Build) (string, stepTi
 	if res == imageRes {
 		dir = getImageDir
 	}
+	// As ATC's get step: only Dir, and the resource's volume is the one mounted there.
 	c, vols, err := a.container(ctx, "get-"+name, atcruntime.ContainerSpec{Type: "get", StepName: "get-" + name,
-		Dir: dir, ImageSpec: atcruntime.ImageSpec{ImageURL: a.stepImage}, Outputs: map[string]string{name: name}})
+		Dir: dir, ImageSpec: atcruntime.ImageSpec{ImageURL: a.stepImage}})
 	if err != nil {
 		return "", st, err
 	}
@@ -205,9 +206,9 @@ func (a *atcWay) Get(ctx context.Context, res resource, b Build) (string, stepTi
 	if err != nil {
 		return out, st, err
 	}
-	vol, ok := vols[dir+"/"+name].(*atcruntime.PodVolume)
+	vol, ok := vols[dir].(*atcruntime.PodVolume)
 	if !ok {
-		return out, st, fmt.Errorf("the get's output %s is not a pod volume", name)
+		return out, st, fmt.Errorf("the get of %s has no pod volume at its Dir %s", name, dir)
 	}
 	a.setOutput(res, vol)
 	a.keys[res] = a.prefix + name + "@" + strings.TrimSpace(out)

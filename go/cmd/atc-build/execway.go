@@ -219,9 +219,9 @@ func (e *execWay) Check(ctx context.Context, n int) (string, error) {
 // getDirs is where the get of res works and what of it later steps take.
 func getDirs(res resource) (dir, artifact string) {
 	if res == imageRes {
-		return getImageDir, getImageDir + "/image/rootfs"
+		return getImageDir, getImageDir + "/rootfs"
 	}
-	return getDir, getDir + "/source"
+	return getDir, getDir
 }
 
 func (e *execWay) Get(ctx context.Context, res resource, b Build) (string, stepTime, error) {

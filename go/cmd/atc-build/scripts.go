@@ -21,29 +21,30 @@ case $request in *source*) ;; *) echo "no request on stdin" >&2; exit 1 ;; esac
 printf '[{"ref":"%s"}]\n' "$1"`
 
 // getSourceScript is the source resource's in: $1 the directory, $2 the number of source files. It
-// writes source/ (the tree), then prints the version fetched.
+// writes the tree into the directory itself (src/), as a resource's in writes into its destination,
+// then prints the version fetched.
 const getSourceScript = `set -e
 read -r request || true
 cd "$1"
-mkdir -p source/src
+mkdir -p src
 i=0
 while [ "$i" -lt "$2" ]; do
-	printf 'package src\n\n// File %d of the build'"'"'s sources.\nconst F%d = %d\n' "$i" "$i" "$i" > "source/src/f$i.go"
+	printf 'package src\n\n// File %d of the build'"'"'s sources.\nconst F%d = %d\n' "$i" "$i" "$i" > "src/f$i.go"
 	i=$((i + 1))
 done
 printf '{"version":{"ref":"%s"}}\n' "$2"`
 
 // getImageScript is the image resource's in (a registry-image get with format rootfs): $1 the
-// directory. It writes image/ (rootfs/: the running image's busybox files and a marker, and
-// metadata.json), then prints the version fetched.
+// directory. It writes rootfs/ (the running image's busybox files and a marker) and metadata.json
+// into the directory itself, then prints the version fetched.
 const getImageScript = `set -e
 read -r request || true
 cd "$1"
-mkdir -p image/rootfs/tmp
-cp -a /bin /sbin /usr /etc image/rootfs/
-chmod 1777 image/rootfs/tmp
-echo atc-build-image > image/rootfs` + markerPath + `
-echo '{"env":["PATH=/usr/sbin:/usr/bin:/sbin:/bin"]}' > image/metadata.json
+mkdir -p rootfs/tmp
+cp -a /bin /sbin /usr /etc rootfs/
+chmod 1777 rootfs/tmp
+echo atc-build-image > rootfs` + markerPath + `
+echo '{"env":["PATH=/usr/sbin:/usr/bin:/sbin:/bin"]}' > metadata.json
 echo '{"version":{"digest":"sha256:atc-build-image"}}'`
 
 // Versions the gets must print: the source's names its number of files.
