@@ -312,18 +312,7 @@ async fn route_to(
             only(Method::POST, "POST")?;
             process::resize(app, id, req).await
         }
-        Route::Files => {
-            let granted = granted_slot.is_some();
-            let answer = files::handle(req, q, app.same_owner, granted_slot, &app.files).await;
-            match answer {
-                // To a grant holder a symlink on the way is a way out of the grant: forbidden, and
-                // counted as a refusal of its token.
-                Err(Error::Files(crate::files::FilesError::Symlinked(m))) if granted => {
-                    Err(app.grants.refuse(Error::Forbidden(m)))
-                }
-                answer => answer,
-            }
-        }
+        Route::Files => files_route(app, req, q, granted_slot).await,
         Route::Grants => artifacts::grants(app, req).await,
         Route::Grant(id) => {
             only(Method::DELETE, "DELETE")?;
@@ -346,6 +335,23 @@ async fn route_to(
         }
         Route::Property(name) => properties::property(app, name, req).await,
         Route::Registry => Err(Error::NoRoute(req.uri().path().to_owned())),
+    }
+}
+
+/// `/v1/files`, for the pod token or a grant holding `granted_slot`. To a grant holder a symlink on
+/// the way is a way out of the grant: forbidden, and counted as a refusal of its token.
+async fn files_route(
+    app: &Arc<App>,
+    req: Request<Incoming>,
+    q: &body::Query,
+    granted_slot: Option<tokio::sync::OwnedSemaphorePermit>,
+) -> Result<Response<Body>, Error> {
+    let granted = granted_slot.is_some();
+    match files::handle(req, q, app.same_owner, granted_slot, &app.files).await {
+        Err(Error::Files(crate::files::FilesError::Symlinked(m))) if granted => {
+            Err(app.grants.refuse(Error::Forbidden(m)))
+        }
+        answer => answer,
     }
 }
 
