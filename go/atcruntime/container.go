@@ -86,15 +86,33 @@ func (c *Container) Run(ctx context.Context, spec ProcessSpec, pio ProcessIO) (*
 		}
 		return nil, c.goneOr(ctx, fmt.Errorf("atcruntime: run %s in %s: %w", spec.Path, c.handle, err))
 	}
-	return c.startProcess(sp, 0, pio, generated), nil
+	return c.startProcess(sp, 0, 0, pio, generated), nil
 }
 
-// Attach connects pio to the existing process id and replays all its output from the first byte (a
-// resource step's answer is its whole stdout). pio.Stdin, taken to be the whole stdin from its first
-// byte, is sent from where the shim's stdin stands. ctx bounds only the look-up. An id the shim does
-// not know is an error for which shim.IsNotFound is true.
+// Attach connects pio to the existing process id, continuing its output where a caller's writers
+// last had it (recorded in the shim as it is written, delivered.go): a web node that replaces one
+// writes into the build log only what the log has not seen, and for a process that exited only that
+// before its result. A process in Config.FullReplay (ATC's resource scripts by default, whose
+// answer is their whole stdout) gets its stdout from the first byte and its stderr continued.
+// pio.Stdin, taken to be the whole stdin from its first byte, is sent from where the shim's stdin
+// stands. ctx bounds only the look-up. An id the shim does not know is an error for which
+// shim.IsNotFound is true.
 func (c *Container) Attach(ctx context.Context, id string, pio ProcessIO) (*PodProcess, error) {
-	return c.AttachFrom(ctx, id, 0, pio)
+	ctx, cancel := c.untilGone(ctx)
+	defer cancel()
+	sp, err := c.status(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	delivered, err := c.deliveredOf(id)
+	if err != nil {
+		return nil, c.goneOr(ctx, fmt.Errorf("atcruntime: attach to %s in %s: %w", id, c.handle, err))
+	}
+	delivered = min(delivered, sp.OutputEnd)
+	if c.fullReplay(id) {
+		return c.startProcess(sp, 0, delivered, pio, false), nil
+	}
+	return c.startProcess(sp, delivered, 0, pio, false), nil
 }
 
 // AttachFrom is Attach resuming the output at offset, a value of PodProcess.Offset the caller kept
@@ -125,7 +143,7 @@ func (c *Container) AttachFrom(ctx context.Context, id string, offset int64, pio
 			return nil, c.goneOr(ctx, fmt.Errorf("atcruntime: attach to %s in %s at offset %d: %w", id, c.handle, offset, err))
 		}
 	}
-	return c.startProcess(sp, offset, pio, false), nil
+	return c.startProcess(sp, offset, 0, pio, false), nil
 }
 
 // Status answers how process id stands without attaching to it: exited is false while it runs, else

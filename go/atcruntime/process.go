@@ -41,8 +41,10 @@ type PodProcess struct {
 
 // startProcess begins streaming the output of sp from offset to pio's writers, and pio.Stdin to the
 // process, on a context of their own (context.Background's child): they end with the log, or when
-// Wait ends them.
-func (c *Container) startProcess(sp *shim.ProcessStatus, offset int64, pio ProcessIO, generated bool) *PodProcess {
+// Wait ends them. Stderr frames before skipStderr are not written (a full replay of stdout whose
+// stderr the caller has). A process the caller named has what its writers hold recorded in the
+// shim (delivered.go); one with a generated id, which nobody can attach to, has not.
+func (c *Container) startProcess(sp *shim.ProcessStatus, offset, skipStderr int64, pio ProcessIO, generated bool) *PodProcess {
 	streams, stop := context.WithCancel(context.Background())
 	p := &PodProcess{
 		id: sp.ID, c: c, generated: generated, stopStreams: stop,
@@ -53,22 +55,35 @@ func (c *Container) startProcess(sp *shim.ProcessStatus, offset int64, pio Proce
 		go c.client.FeedStdin(streams, sp, pio.Stdin)
 	}
 	stdout, stderr := orDiscard(pio.Stdout), orDiscard(pio.Stderr)
+	var rec *recorder
+	if !generated {
+		rec = c.newRecorder(sp.ID, max(offset, skipStderr))
+	}
 	go func() {
 		defer close(p.done)
 		exit, err := c.client.Follow(streams, sp.ID, offset, func(f shim.Frame) error {
 			var err error
-			switch f.Type {
-			case shim.FrameStdout:
+			switch {
+			case f.Type == shim.FrameStdout:
 				_, err = stdout.Write(f.Payload)
-			case shim.FrameStderr:
+			case f.Type == shim.FrameStderr && f.Offset >= skipStderr:
 				_, err = stderr.Write(f.Payload)
+			case f.Type != shim.FrameStderr:
+				return nil
 			}
 			if err == nil {
-				p.offset.Store(f.Offset + 8 + int64(len(f.Payload)))
+				end := f.Offset + 8 + int64(len(f.Payload))
+				p.offset.Store(end)
+				if rec != nil && end > rec.latest.Load() {
+					rec.note(end)
+				}
 			}
 			return err
 		})
 		p.exit, p.err = exit, err
+		if rec != nil {
+			rec.flush()
+		}
 	}()
 	// A pod that ends ends the streams too, so that they do not retry a gone shim until a Wait.
 	go func() {

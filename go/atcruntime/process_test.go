@@ -150,14 +150,14 @@ func TestAttachFromOffsetWritesNoByteTwice(t *testing.T) {
 	if got := before + rest.String(); sortedLines(got) != sortedLines(want.String()) {
 		t.Fatalf("kept %q + resumed %q is not each line once", before, rest.String())
 	}
-	// Attach replays from byte 0, as a resource step needs.
+	// Attach continues where the writers last had it: p2 wrote everything, so nothing is left.
 	var all shimtest.Buffer
 	p3, err := c.Attach(ctx, "task", ProcessIO{Stdout: &all, Stderr: &all})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p3.Wait(ctx); err != nil || sortedLines(all.String()) != sortedLines(want.String()) {
-		t.Fatalf("Attach replayed %q (%v)", all.String(), err)
+	if res, err := p3.Wait(ctx); err != nil || res.ExitStatus != 0 || all.String() != "" {
+		t.Fatalf("Attach after everything was delivered: %+v %v, wrote %q", res, err, all.String())
 	}
 	close(gate.release)
 	if _, err := p1.Wait(ctx); err != nil {
@@ -214,6 +214,87 @@ func TestTTYAndSetTTY(t *testing.T) {
 	}
 	if err := q.SetTTY(TTYSpec{WindowSize: WindowSize{Columns: 100, Rows: 30}}); !shim.HasCode(err, shim.CodeNoTTY) {
 		t.Fatalf("resize without a tty: err = %v", err)
+	}
+}
+
+// waitDelivered waits until the shim records offset as delivered for process id.
+func waitDelivered(t *testing.T, c *Container, id string, offset int64) {
+	t.Helper()
+	shimtest.Eventually(t, 10*time.Second, "the delivered offset in the shim", func() bool {
+		n, err := c.deliveredOf(id)
+		return err == nil && n == offset
+	})
+}
+
+func TestAttachContinuesWhereTheLogEnded(t *testing.T) {
+	c, _ := testContainer(t, time.Second)
+	ctx := shimtest.Context(t)
+	script := `for i in $(seq 1 40); do echo "line $i"; sleep 0.02; done; exit 3`
+	// The first web node's log takes 60 bytes, then its writes hang: the node is gone.
+	gate := &gateWriter{after: 60, blocked: make(chan struct{}), release: make(chan struct{})}
+	defer close(gate.release)
+	p1, err := c.Run(ctx, ProcessSpec{ID: "task", Path: "/bin/sh", Args: []string{"-c", script}},
+		ProcessIO{Stdout: gate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-gate.blocked
+	kept := gate.buf.String()
+	waitDelivered(t, c, "task", p1.Offset())
+	// A new web node does what ATC's task step does: Attach with the build log's writer, no offset.
+	var rest shimtest.Buffer
+	p2, err := c.Attach(ctx, "task", ProcessIO{Stdout: &rest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p2.Wait(ctx)
+	if err != nil || res.ExitStatus != 3 {
+		t.Fatalf("re-attached Wait: %+v %v", res, err)
+	}
+	var want strings.Builder
+	for i := 1; i <= 40; i++ {
+		want.WriteString("line " + strconv.Itoa(i) + "\n")
+	}
+	if kept+rest.String() != want.String() {
+		t.Fatalf("the build log across the restart is not every line once:\nkept %q\nthen %q", kept, rest.String())
+	}
+	// After the exit, a third attach gets the result and nothing of the output.
+	var none shimtest.Buffer
+	p3, err := c.Attach(ctx, "task", ProcessIO{Stdout: &none})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := p3.Wait(ctx); err != nil || res.ExitStatus != 3 || none.String() != "" {
+		t.Fatalf("attach after the exit: %+v %v, wrote %q", res, err, none.String())
+	}
+}
+
+func TestResourceAttachReplaysStdoutOnly(t *testing.T) {
+	c, _ := testContainer(t, time.Second)
+	ctx := shimtest.Context(t)
+	script := `echo fetching >&2; echo '{"version":{"ref":"1"}}'; echo done >&2`
+	var out, logged shimtest.Buffer
+	p, err := c.Run(ctx, ProcessSpec{ID: ResourceProcessID, Path: "/bin/sh", Args: []string{"-c", script}},
+		ProcessIO{Stdout: &out, Stderr: &logged})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitDelivered(t, c, ResourceProcessID, p.Offset())
+	// ATC's resource step after a restart: a fresh buffer for the answer, the build log for stderr.
+	var out2, logged2 shimtest.Buffer
+	p2, err := c.Attach(ctx, ResourceProcessID, ProcessIO{Stdout: &out2, Stderr: &logged2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p2.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out2.String() != out.String() || out.String() != "{\"version\":{\"ref\":\"1\"}}\n" || logged2.String() != "" {
+		t.Fatalf("re-attached resource: stdout %q (first %q), stderr %q (first %q)",
+			out2.String(), out.String(), logged2.String(), logged.String())
 	}
 }
 

@@ -47,6 +47,21 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Volumes configures the volumes (holder pods, caches).
 	Volumes VolumeConfig
+	// FullReplay are the process ids whose stdout an Attach replays from the first byte, their
+	// stderr continued where it was delivered (delivered.go). Nil means ResourceProcessID, ATC's
+	// resource scripts, whose answer is their whole stdout; an empty slice means none.
+	FullReplay []string
+	// DeliveredInterval is the least time between two records of how far a named process's output
+	// has been written (one property request each); what a web node that dies without a word wrote
+	// in the last interval is written again by the next Attach. Zero means 100 ms.
+	DeliveredInterval time.Duration
+}
+
+func (c *Config) deliveredInterval() time.Duration {
+	if c.DeliveredInterval <= 0 {
+		return 100 * time.Millisecond
+	}
+	return c.DeliveredInterval
 }
 
 func (c *Config) stopGrace() time.Duration {

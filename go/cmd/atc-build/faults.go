@@ -1,8 +1,9 @@
 // What a build must survive, the atc way only (an exec runtime has no answer to the first three):
 // an abort mid-task (the process gets TERM, the build sees its exit, no process is left), the web
-// node restarted mid-task (a new Worker re-attaches at the offset the old one had written up to:
-// every line once), the task's pod evicted (Wait fails at once with the pod's reason), and a task
-// whose user is not root writing its output and into the task cache the root runs kept.
+// node restarted mid-task (a new Worker re-attaches as ATC does, and the kit continues where the
+// old one's log ended: every line once), the task's pod evicted (Wait fails at once with the pod's
+// reason), and a task whose user is not root writing its output and into the task cache the root
+// runs kept.
 
 package main
 
@@ -11,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -154,8 +156,10 @@ func (s *stallAfter) Write(p []byte) (int, error) {
 }
 
 // restart: the task's output is followed by one web node up to line 10; that node goes, another
-// (a new Worker on a new informer, from the same key) finds the container by its handle and
-// attaches at the offset the first had written up to: the log, both halves, holds every line once.
+// (a new Worker on a new informer, from the same key) finds the container by its handle and, as
+// ATC's task step does, attaches with no offset: the kit continues where the first node's log
+// ended, so the log, both halves, holds every line once. A third node attaching after the exit
+// gets the exit status and no output.
 func (a *atcWay) restart(ctx context.Context) error {
 	c, err := a.taskContainer(ctx, "restart", "")
 	if err != nil {
@@ -172,7 +176,44 @@ func (a *atcWay) restart(ctx context.Context) error {
 		return err
 	}
 	time.Sleep(200 * time.Millisecond) // the frame after line 10 is then blocked in Write
-	kept, offset := old.String(), p.Offset()
+	kept := old.String()
+	// What the node wrote reaches the shim's record within Config.DeliveredInterval (100 ms).
+	want := strconv.FormatInt(p.Offset(), 10)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		props, err := c.Properties()
+		if err == nil && props[atcruntime.PropertyDeliveredPrefix+"task"] == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the shim's record of the delivered output is %q, not %s (%v)",
+				props[atcruntime.PropertyDeliveredPrefix+"task"], want, err)
+		}
+	}
+	var rest bytes.Buffer
+	if err := a.attachFromNewNode(ctx, c.Handle(), &rest, 0); err != nil {
+		return err
+	}
+	var all strings.Builder
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&all, "line %d\n", i)
+	}
+	if got := kept + rest.String(); got != all.String() {
+		return fmt.Errorf("the log across the restart is not every line once: kept %q, then %q", kept, rest.String())
+	}
+	var after bytes.Buffer
+	if err := a.attachFromNewNode(ctx, c.Handle(), &after, 0); err != nil {
+		return err
+	}
+	if after.Len() != 0 {
+		return fmt.Errorf("a web node attaching after the exit wrote %q again", after.String())
+	}
+	return nil
+}
+
+// attachFromNewNode is a new web node (a Worker on a new informer, from the same key) finding the
+// container by its handle and attaching to its task as ATC does, with no offset, the task's output
+// going to log; the task must end with status.
+func (a *atcWay) attachFromNewNode(ctx context.Context, handle string, log *bytes.Buffer, status int) error {
 	kit, err := k8s.NewWorker(ctx, a.cs, a.kitConfig)
 	if err != nil {
 		return err
@@ -184,24 +225,16 @@ func (a *atcWay) restart(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c2, found, err := w.LookupContainer(ctx, c.Handle())
+	c, found, err := w.LookupContainer(ctx, handle)
 	if err != nil || !found {
-		return fmt.Errorf("the new web node did not find %s (%v)", c.Handle(), err)
+		return fmt.Errorf("the new web node did not find %s (%v)", handle, err)
 	}
-	var rest bytes.Buffer
-	p2, err := c2.AttachFrom(ctx, "task", offset, atcruntime.ProcessIO{Stdout: &rest})
+	p, err := c.Attach(ctx, "task", atcruntime.ProcessIO{Stdout: log})
 	if err != nil {
 		return err
 	}
-	if res, err := p2.Wait(ctx); err != nil || res.ExitStatus != 0 {
+	if res, err := p.Wait(ctx); err != nil || res.ExitStatus != status {
 		return fmt.Errorf("the re-attached task ended with %+v, %v", res, err)
-	}
-	var want strings.Builder
-	for i := 1; i <= 40; i++ {
-		fmt.Fprintf(&want, "line %d\n", i)
-	}
-	if got := kept + rest.String(); got != want.String() {
-		return fmt.Errorf("the log across the restart is not every line once: kept %q, then %q", kept, rest.String())
 	}
 	return nil
 }
