@@ -15,6 +15,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -29,7 +30,8 @@ type TaskCacheKey struct {
 }
 
 func (k TaskCacheKey) String() string {
-	return strconv.Itoa(k.JobID) + "/" + k.StepName + "/" + k.Path
+	// Cleaned as Garden's look-up cleans it: "cache/" and "./cache" are the cache "cache".
+	return strconv.Itoa(k.JobID) + "/" + k.StepName + "/" + path.Clean(k.Path)
 }
 
 // volumeName is the holder's name for a cache of kind and key: the kind and a hash of the key, so any

@@ -249,3 +249,12 @@ func TestResourceCacheArtifactsLookupAndGC(t *testing.T) {
 		t.Fatal("the desired artifact volume was collected")
 	}
 }
+
+func TestTaskCacheKeysAreCleanPaths(t *testing.T) {
+	want := TaskCacheKey{1, "unit", "go/pkg"}.String()
+	for _, p := range []string{"go/pkg/", "./go/pkg", "go//pkg", "go/x/../pkg"} {
+		if got := (TaskCacheKey{1, "unit", p}).String(); got != want {
+			t.Errorf("%q: key %q, want %q as Garden cleans it", p, got, want)
+		}
+	}
+}

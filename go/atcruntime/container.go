@@ -14,7 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
+	"strings"
 	"time"
 
 	"stepshim.dev/go/shim"
@@ -173,10 +175,21 @@ func (c *Container) status(ctx context.Context, id string) (*shim.ProcessStatus,
 	return sp, nil
 }
 
-// Properties returns the container's properties (ATC's and this package's, see PropertyUser), kept
-// in its shim's memory. ATC's signature has no ctx: the request and its retries are bounded by
-// Config.RequestTimeout (30 s by default).
+// Properties returns the container's properties as ATC set them (PropertyUser, "user", is one of
+// ATC's), kept in its shim's memory; this package's own, named "stepshim.dev:...", are left out.
+// ATC's signature has no ctx: the request and its retries are bounded by Config.RequestTimeout (30 s
+// by default).
 func (c *Container) Properties() (map[string]string, error) {
+	props, err := c.allProperties()
+	maps.DeleteFunc(props, func(name, _ string) bool { return strings.HasPrefix(name, ownPropertyPrefix) })
+	return props, err
+}
+
+// ownPropertyPrefix starts the names of this package's properties.
+const ownPropertyPrefix = "stepshim.dev:"
+
+// allProperties is every property of the container's shim, this package's included.
+func (c *Container) allProperties() (map[string]string, error) {
 	var props map[string]string
 	err := c.call(func(ctx context.Context) error {
 		var err error

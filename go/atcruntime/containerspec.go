@@ -69,7 +69,8 @@ type Input struct {
 }
 
 // ContainerLimits are ATC's limits. CPU is in shares, a relative weight (1024 = 1 CPU), mapped to a
-// CPU request without a limit; Memory is in bytes, mapped to request = limit.
+// CPU request without a limit; Memory is in bytes, mapped to request = limit. Nil or zero is
+// Garden's default: the pod keeps Config.Template's CPU and memory.
 type ContainerLimits struct {
 	CPU    *uint64
 	Memory *uint64
@@ -99,10 +100,11 @@ func stepSpec(cfg *Config, handle string, spec ContainerSpec, image string, from
 		}
 		s.Env = append(s.Env, k8s.EnvVar{Name: name, Value: value})
 	}
-	if spec.Limits.CPU != nil {
+	// Zero is Garden's default (no limit of its own), as no limit is: the template's settings stay.
+	if spec.Limits.CPU != nil && *spec.Limits.CPU > 0 {
 		s.CPU, s.CPURequest = "", cpuRequest(*spec.Limits.CPU)
 	}
-	if spec.Limits.Memory != nil {
+	if spec.Limits.Memory != nil && *spec.Limits.Memory > 0 {
 		s.Memory = strconv.FormatUint(*spec.Limits.Memory, 10)
 	}
 	s.Hermetic = spec.Hermetic

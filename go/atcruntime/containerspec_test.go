@@ -55,7 +55,14 @@ func TestStepSpecMapsATCsContainerSpec(t *testing.T) {
 	if _, err := stepSpec(cfg, "h-1", ContainerSpec{Env: []string{"NOVALUE"}}, "busybox", nil); err == nil {
 		t.Fatal("an env entry without '=' passed")
 	}
-	for shares, want := range map[uint64]string{1024: "1000m", 2048: "2000m", 1: "1m", 0: "1m", 100: "97m"} {
+	zero := uint64(0)
+	cfg.Template.CPU, cfg.Template.Memory = "1", "1Gi"
+	z, err := stepSpec(cfg, "h-0", ContainerSpec{Limits: ContainerLimits{CPU: &zero, Memory: &zero}}, "busybox", nil)
+	if err != nil || z.CPU != "1" || z.CPURequest != "" || z.Memory != "1Gi" {
+		t.Fatalf("zero limits, Garden's default: cpu %q request %q memory %q (%v), want the template's",
+			z.CPU, z.CPURequest, z.Memory, err)
+	}
+	for shares, want := range map[uint64]string{1024: "1000m", 2048: "2000m", 1: "1m", 100: "97m"} {
 		if got := cpuRequest(shares); got != want {
 			t.Errorf("cpuRequest(%d) = %q, want %q", shares, got, want)
 		}
@@ -200,6 +207,10 @@ func TestPropertiesInTheShim(t *testing.T) {
 	if err := c.SetProperty(PropertyUser, "builder"); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.SetProperty(PropertyReady, "1"); err != nil {
+		t.Fatal(err)
+	}
+	// ATC's and nothing of the package's own.
 	props, err := c.Properties()
 	if err != nil || props["concourse:exit-status"] != "0" || props[PropertyUser] != "builder" || len(props) != 2 {
 		t.Fatalf("properties %v %v", props, err)

@@ -26,9 +26,14 @@ const PropertyDeliveredPrefix = "stepshim.dev:delivered:"
 // answer is their whole stdout: the default of Config.FullReplay.
 const ResourceProcessID = "resource"
 
+// Delivered is the output log offset through which process id's output has been written to a
+// caller's writers, as recorded in the shim (0 when nothing is): where an Attach continues. Bounded
+// by Config.RequestTimeout, like Properties.
+func (c *Container) Delivered(id string) (int64, error) { return c.deliveredOf(id) }
+
 // deliveredOf is the offset recorded for process id, 0 when none is.
 func (c *Container) deliveredOf(id string) (int64, error) {
-	props, err := c.Properties()
+	props, err := c.allProperties()
 	if err != nil {
 		return 0, err
 	}

@@ -128,7 +128,7 @@ func (w *Worker) FindOrCreateContainer(ctx context.Context, handle string, spec 
 	if err != nil {
 		return nil, nil, err
 	}
-	props, err := c.Properties()
+	props, err := c.allProperties()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -300,7 +300,7 @@ func (w *Worker) LookupContainer(ctx context.Context, handle string) (*Container
 	if err != nil {
 		return nil, false, err
 	}
-	props, err := c.Properties()
+	props, err := c.allProperties()
 	if err != nil {
 		return nil, false, err
 	}

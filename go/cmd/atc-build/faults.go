@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -178,15 +177,13 @@ func (a *atcWay) restart(ctx context.Context) error {
 	time.Sleep(200 * time.Millisecond) // the frame after line 10 is then blocked in Write
 	kept := old.String()
 	// What the node wrote reaches the shim's record within Config.DeliveredInterval (100 ms).
-	want := strconv.FormatInt(p.Offset(), 10)
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		props, err := c.Properties()
-		if err == nil && props[atcruntime.PropertyDeliveredPrefix+"task"] == want {
+		n, err := c.Delivered("task")
+		if err == nil && n == p.Offset() {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the shim's record of the delivered output is %q, not %s (%v)",
-				props[atcruntime.PropertyDeliveredPrefix+"task"], want, err)
+			return fmt.Errorf("the shim's record of the delivered output is %d, not %d (%v)", n, p.Offset(), err)
 		}
 	}
 	var rest bytes.Buffer
