@@ -196,7 +196,7 @@ func TestResourceCacheArtifactsLookupAndGC(t *testing.T) {
 	// A later step gets it pod to pod.
 	lp.startPod("task-1")
 	in := t.TempDir()
-	if err := s.streamInput(ctx, s.podVolume("task-1", in), found); err != nil {
+	if err := s.streamInput(ctx, s.podVolume("task-1", in), found, nil); err != nil {
 		t.Fatal(err)
 	}
 	sameTree(t, files, readTree(t, in))
@@ -221,7 +221,7 @@ func TestResourceCacheArtifactsLookupAndGC(t *testing.T) {
 		t.Fatalf("lookup of %s: %v %v", art.Handle(), ok, err)
 	}
 	in2 := t.TempDir()
-	if err := s.streamInput(ctx, s.podVolume("task-1", in2), again); err != nil {
+	if err := s.streamInput(ctx, s.podVolume("task-1", in2), again, nil); err != nil {
 		t.Fatal(err)
 	}
 	sameTree(t, map[string][]byte{"input.txt": []byte("uploaded")}, readTree(t, in2))

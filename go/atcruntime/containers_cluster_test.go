@@ -113,18 +113,19 @@ func TestContainersCluster(t *testing.T) {
 	var out shimtest.Buffer
 	runCtx, stopRun := context.WithCancel(ctx)
 	p, err := c2.Run(runCtx, ProcessSpec{Path: "sh", Args: []string{"-c",
-		`sleep 1; id -u; stat -c %U:%u:%g out; cat in/hello; echo $STEP; touch out/made`}}, ProcessIO{Stdout: &out, Stderr: &out})
+		`sleep 1; id -u; stat -c %U:%u:%g out; stat -c %U in/hello; cat in/hello; echo $STEP; touch out/made in/made`}},
+		ProcessIO{Stdout: &out, Stderr: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stopRun()
 	res, err := p.Wait(ctx)
-	want := "65534\nnobody:65534:65534\nfrom the caller\nunit\n"
+	want := "65534\nnobody:65534:65534\nnobody\nfrom the caller\nunit\n"
 	if err != nil || res.ExitStatus != 0 || out.String() != want {
 		t.Fatalf("process: %+v %v, output %q, want %q", res, err, out.String(), want)
 	}
 	okc("a process ran to its end after its Run ctx ended, as nobody (from the image's /etc/passwd) in the "+
-		"container's dir, the input in place and the output owned by nobody: %q", out.String())
+		"container's dir, the input in place and writable, the input and the output owned by nobody: %q", out.String())
 
 	found, ok, err := w.LookupContainer(ctx, "atc-core-task")
 	if err != nil || !ok || found.user != "nobody" || found.dir != "/tmp/build/x" {
@@ -133,6 +134,7 @@ func TestContainersCluster(t *testing.T) {
 	okc("LookupContainer found it with its defaults from the shim's properties")
 
 	getReadsItsDir(t, ctx, w, image)
+	unknownUser(t, ctx, w, image)
 	podDeletedMidWait(t, ctx, w, kit, found)
 }
 
@@ -207,4 +209,19 @@ func podDeletedMidWait(t *testing.T, ctx context.Context, w *Worker, kit *k8s.Wo
 		t.Fatalf("Run in a deleted pod: %v, want a *PodGoneError", err)
 	}
 	okc("after the pod is gone: LookupContainer finds nothing, Run fails at once with %v", gone)
+}
+
+// unknownUser: a run.user the image does not have makes the container anyway, as Garden does
+// (the volumes keep their owners); a process run as that user then fails to start.
+func unknownUser(t *testing.T, ctx context.Context, w *Worker, image string) {
+	c, _, err := w.FindOrCreateContainer(ctx, "atc-core-nouser", ContainerSpec{Type: "task", StepName: "nouser",
+		ImageSpec: ImageSpec{ImageURL: image}, Dir: "/tmp/build/n", User: "no-such-user"})
+	if err != nil {
+		t.Fatalf("a container whose user the image does not have: %v", err)
+	}
+	_, err = c.Run(ctx, ProcessSpec{Path: "true"}, ProcessIO{})
+	if err == nil {
+		t.Fatal("a process as a user the image does not have started")
+	}
+	okc("a run.user the image does not have: the container was made, a process as that user fails: %v", err)
 }

@@ -107,6 +107,12 @@ func stepSpec(cfg *Config, handle string, spec ContainerSpec, image string, from
 	if spec.Limits.Memory != nil && *spec.Limits.Memory > 0 {
 		s.Memory = strconv.FormatUint(*spec.Limits.Memory, 10)
 	}
+	if spec.User != "" && s.RunAsUser == nil && s.RunAsGroup == nil {
+		// The shim runs processes as the user they name only as root: as root, a task's run.user is
+		// honoured whatever the image's USER (root in a non-root image, a user in a root one).
+		root := int64(0)
+		s.RunAsUser, s.RunAsGroup = &root, &root
+	}
 	s.Hermetic = spec.Hermetic
 	if spec.CertsBindMount {
 		s.CertsConfigMap = cfg.CertsConfigMap
@@ -189,7 +195,7 @@ func resolveOwner(ctx context.Context, c *shim.Client, user string) (*shim.Owner
 		found := false
 		uid, gid, found = lookupPasswd(passwd, name, uerr == nil, uid)
 		if !found && uerr != nil {
-			return nil, fmt.Errorf("atcruntime: user %q is not in the image's /etc/passwd", name)
+			return nil, &UnknownUserError{User: user, Why: fmt.Sprintf("%q is not in the image's /etc/passwd", name)}
 		}
 		if !found {
 			gid = uid
@@ -204,7 +210,7 @@ func resolveOwner(ctx context.Context, c *shim.Client, user string) (*shim.Owner
 			}
 			var ok bool
 			if g, ok = lookupGroup(groups, group); !ok {
-				return nil, fmt.Errorf("atcruntime: group %q is not in the image's /etc/group", group)
+				return nil, &UnknownUserError{User: user, Why: fmt.Sprintf("group %q is not in the image's /etc/group", group)}
 			}
 		}
 		gid = g
@@ -212,13 +218,27 @@ func resolveOwner(ctx context.Context, c *shim.Client, user string) (*shim.Owner
 	return &shim.Owner{UID: uint32(uid), GID: uint32(gid)}, nil
 }
 
+// UnknownUserError is a user (or group) name the image's /etc/passwd or /etc/group does not have,
+// or that an image without those files cannot resolve. As Garden, the container is made anyway with
+// the volumes' owners left as they are; a process run as that user then fails to start.
+type UnknownUserError struct {
+	User, Why string
+}
+
+func (e *UnknownUserError) Error() string {
+	return fmt.Sprintf("atcruntime: user %q: %s", e.User, e.Why)
+}
+
 // readEtc reads the lines of file (a regular file of the image) from the pod; a missing file is no
-// lines unless required.
+// lines unless required, else an *UnknownUserError (an image FROM scratch has no users).
 func readEtc(ctx context.Context, c *shim.Client, file string, required bool) ([]string, error) {
 	var buf bytes.Buffer
 	err := c.GetFiles(ctx, file, &buf)
 	if shim.IsNotFound(err) && !required {
 		return nil, nil
+	}
+	if shim.IsNotFound(err) {
+		return nil, &UnknownUserError{Why: "the image has no " + file}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("atcruntime: reading %s of the image: %w", file, err)

@@ -55,6 +55,21 @@ func TestStepSpecMapsATCsContainerSpec(t *testing.T) {
 	if _, err := stepSpec(cfg, "h-1", ContainerSpec{Env: []string{"NOVALUE"}}, "busybox", nil); err == nil {
 		t.Fatal("an env entry without '=' passed")
 	}
+	// A run.user: the shim runs as root, so that it can run the task as that user (or as root in a
+	// non-root image); no user leaves the image's; the template's ids win.
+	if s.RunAsUser != nil || s.RunAsGroup != nil {
+		t.Fatalf("no user: runAsUser %v runAsGroup %v, want the image's", s.RunAsUser, s.RunAsGroup)
+	}
+	u, err := stepSpec(cfg, "h-u", ContainerSpec{User: "1000"}, "busybox", nil)
+	if err != nil || u.RunAsUser == nil || *u.RunAsUser != 0 || u.RunAsGroup == nil || *u.RunAsGroup != 0 {
+		t.Fatalf("a run.user: runAsUser %v runAsGroup %v (%v), want 0 and 0", u.RunAsUser, u.RunAsGroup, err)
+	}
+	mine := int64(4242)
+	cfg.Template.RunAsUser = &mine
+	if u, _ := stepSpec(cfg, "h-u", ContainerSpec{User: "1000"}, "busybox", nil); *u.RunAsUser != 4242 || u.RunAsGroup != nil {
+		t.Fatalf("the template's runAsUser was overridden: %v %v", *u.RunAsUser, u.RunAsGroup)
+	}
+	cfg.Template.RunAsUser = nil
 	zero := uint64(0)
 	cfg.Template.CPU, cfg.Template.Memory = "1", "1Gi"
 	z, err := stepSpec(cfg, "h-0", ContainerSpec{Limits: ContainerLimits{CPU: &zero, Memory: &zero}}, "busybox", nil)
@@ -186,8 +201,9 @@ func TestResolveOwnerReadsTheImagesUsers(t *testing.T) {
 		t.Errorf("empty user: %+v %v", got, err)
 	}
 	for _, bad := range []string{"no-such-user-here", "root:no-such-group"} {
-		if _, err := resolveOwner(ctx, c, bad); err == nil || !strings.Contains(err.Error(), "no-such") {
-			t.Errorf("%q: err %v", bad, err)
+		var unknown *UnknownUserError
+		if _, err := resolveOwner(ctx, c, bad); !errors.As(err, &unknown) || !strings.Contains(err.Error(), "no-such") {
+			t.Errorf("%q: err %v, want an *UnknownUserError", bad, err)
 		}
 	}
 	passwd := []string{"# comment", "builder:x:1001:1002::/home/builder:/bin/sh", "broken:x:a:b"}

@@ -12,9 +12,13 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"stepshim.dev/go/shim"
 )
 
 // atcAppendLimit is what ATC's streamer does to a URL before StreamP2POut (atc/worker/streamer.go):
@@ -140,15 +144,43 @@ func TestStreamInput(t *testing.T) {
 	_, s, src := twoPods(t, files)
 	ctx := testCtx(t)
 	dst := t.TempDir()
-	if err := s.streamInput(ctx, s.podVolume("step-b", dst+"/in"), s.podVolume("step-a", src)); err != nil {
+	if err := s.streamInput(ctx, s.podVolume("step-b", dst+"/in"), s.podVolume("step-a", src), nil); err != nil {
 		t.Fatal(err)
 	}
 	sameTree(t, files, readTree(t, dst+"/in"))
 	tarBytes := streamOut(ctx, t, s.podVolume("step-a", src), ".", Raw)
-	if err := s.streamInput(ctx, s.podVolume("step-b", dst+"/in2"), plainArtifact{tarBytes}); err != nil {
+	if err := s.streamInput(ctx, s.podVolume("step-b", dst+"/in2"), plainArtifact{tarBytes}, nil); err != nil {
 		t.Fatal(err)
 	}
 	sameTree(t, files, readTree(t, dst+"/in2"))
+	// Owned by the task's user, both ways, as Garden's input volumes are.
+	if os.Geteuid() != 0 {
+		t.Skip("owners other than the shim's own need root")
+	}
+	task := &shim.Owner{UID: 65534, GID: 65533}
+	if err := s.streamInput(ctx, s.podVolume("step-b", dst+"/own"), s.podVolume("step-a", src), task); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.streamInput(ctx, s.podVolume("step-b", dst+"/own2"), plainArtifact{tarBytes}, task); err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range []string{dst + "/own", dst + "/own2"} {
+		n := 0
+		err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			st := fi.Sys().(*syscall.Stat_t)
+			if st.Uid != task.UID || st.Gid != task.GID {
+				return fmt.Errorf("%s is %d:%d, want %d:%d", p, st.Uid, st.Gid, task.UID, task.GID)
+			}
+			n++
+			return nil
+		})
+		if err != nil || n < 2 {
+			t.Fatalf("%s: %v (%d entries)", root, err, n)
+		}
+	}
 }
 
 // TestP2PURLLimit: a `limit` keeps ATC's meaning when it is one finite number within bounds (0, as

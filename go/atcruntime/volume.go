@@ -147,6 +147,11 @@ func (v *PodVolume) StreamOut(ctx context.Context, p string, compression Compres
 // stream cut, corrupt or over the limit leaves the directory as it was (PROTOCOL.md 4.8); over the
 // limit is a *StreamLimitError.
 func (v *PodVolume) StreamIn(ctx context.Context, p string, compression Compression, limitInMB float64, r io.Reader) error {
+	return v.streamIn(ctx, p, compression, limitInMB, r, nil)
+}
+
+// streamIn is StreamIn with owner, when set, owning every entry and every directory it creates.
+func (v *PodVolume) streamIn(ctx context.Context, p string, compression Compression, limitInMB float64, r io.Reader, owner *shim.Owner) error {
 	limit, err := limitBytes(limitInMB)
 	if err != nil {
 		return err
@@ -165,7 +170,7 @@ func (v *PodVolume) StreamIn(ctx context.Context, p string, compression Compress
 		return err
 	}
 	lr := &limitedReader{r: dec, limit: limit, limitMB: limitInMB}
-	err = c.PutFiles(ctx, dst, lr)
+	err = c.PutFilesAs(ctx, dst, owner, lr)
 	if lr.exceeded != nil {
 		return lr.exceeded
 	}
@@ -201,17 +206,18 @@ func (v *PodVolume) StreamP2POut(ctx context.Context, p, destURL string, compres
 }
 
 // streamInput puts art's contents into dst: pod to pod when art is a volume of this worker, else
-// through the caller (art.StreamOut into dst.StreamIn, raw, no limit).
-func (s *volumeStore) streamInput(ctx context.Context, dst *PodVolume, art Artifact) error {
+// through the caller (art.StreamOut into dst.StreamIn, raw, no limit). owner, when set, owns every
+// entry copied (Garden's input volumes belong to the task's user); else the source's owners stay.
+func (s *volumeStore) streamInput(ctx context.Context, dst *PodVolume, art Artifact, owner *shim.Owner) error {
 	if src, ok := s.localVolume(art); ok {
-		return s.copyDir(ctx, src.pod, src.path, dst.pod, dst.path, nil)
+		return s.copyDir(ctx, src.pod, src.path, dst.pod, dst.path, owner)
 	}
 	rc, err := art.StreamOut(ctx, ".", Raw)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	return dst.StreamIn(ctx, ".", Raw, 0, rc)
+	return dst.streamIn(ctx, ".", Raw, 0, rc, owner)
 }
 
 // localVolume is art as a directory of a pod of this worker, if it is one.

@@ -179,7 +179,7 @@ func (w *Worker) imageFrom(ctx context.Context, art Artifact, teamID int) (*k8s.
 	if err != nil {
 		return nil, fmt.Errorf("artifact %s is not on this worker, and no volume to copy it to: %w", art.Handle(), err)
 	}
-	if err := w.vols.streamInput(ctx, v.PodVolume, art); err != nil {
+	if err := w.vols.streamInput(ctx, v.PodVolume, art, nil); err != nil {
 		return nil, fmt.Errorf("copying artifact %s: %w", art.Handle(), err)
 	}
 	return &k8s.ImageFrom{Pod: v.Pod(), Path: v.Path()}, nil
@@ -256,6 +256,13 @@ func (w *Worker) setUp(ctx context.Context, c *Container, spec ContainerSpec, p 
 		}
 	}
 	owner, err := resolveOwner(ctx, c.client, spec.User)
+	var unknown *UnknownUserError
+	if errors.As(err, &unknown) {
+		// As Garden: the container goes on with the owners as they are, and says why.
+		unknown.User = spec.User
+		w.vols.logf("atcruntime: %s: %v; the volumes keep their owners", c.handle, unknown)
+		owner, err = nil, nil
+	}
 	if err != nil {
 		return err
 	}
@@ -276,7 +283,7 @@ func (w *Worker) setUp(ctx context.Context, c *Container, spec ContainerSpec, p 
 		}
 	}
 	for i, in := range spec.Inputs {
-		if err := w.vols.streamInput(ctx, w.vols.podVolume(c.handle, p.inputs[i]), in.Artifact); err != nil {
+		if err := w.vols.streamInput(ctx, w.vols.podVolume(c.handle, p.inputs[i]), in.Artifact, owner); err != nil {
 			return fmt.Errorf("input at %s: %w", p.inputs[i], err)
 		}
 	}
