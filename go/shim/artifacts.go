@@ -74,9 +74,13 @@ type PullStatus struct {
 	BytesPerSecond uint64 `json:"bytes_per_second"`
 	Resumes        uint32 `json:"resumes"`
 	Reached        bool   `json:"reached"`
-	SHA256         string `json:"sha256,omitempty"`
-	Entries        uint64 `json:"entries,omitempty"`
-	Error          string `json:"error,omitempty"`
+	// Busy counts the source's 503 answers (its transfer slots all taken) the pull waited out;
+	// Waiting says it waits for that source now. A 0.1 shim sends neither.
+	Busy    uint32 `json:"busy"`
+	Waiting bool   `json:"waiting"`
+	SHA256  string `json:"sha256,omitempty"`
+	Entries uint64 `json:"entries,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // WithGrantToken returns a copy of c presenting a grant token: it may only GET /v1/files under the

@@ -137,6 +137,12 @@ pub struct PullStatus {
     /// source may be retried another way (through the controller).
     #[serde(default)]
     pub reached: bool,
+    /// Answers of a busy source (503: its transfer slots all taken) waited out so far.
+    #[serde(default)]
+    pub busy: u32,
+    /// Whether the pull is waiting for a busy source now.
+    #[serde(default)]
+    pub waiting: bool,
     /// Hex SHA-256 of the whole stream, once complete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,

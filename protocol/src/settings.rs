@@ -100,6 +100,9 @@ settings! {
     /// Retries (connection attempts after the first) in a row without progress before a pull
     /// fails.
     PULL_RETRIES = "STEPSHIM_PULL_RETRIES", "--pull-retries", "8";
+    /// Seconds a pull keeps asking a source whose transfer slots are all taken (503) before it
+    /// fails; those answers are waited out, not counted as retries.
+    PULL_BUSY_SECONDS = "STEPSHIM_PULL_BUSY_SECONDS", "--pull-busy-seconds", "600";
     /// Properties kept at once (PROTOCOL.md 4.13).
     PROPERTIES_MAX_COUNT = "STEPSHIM_PROPERTIES_MAX_COUNT", "--properties-max-count", "256";
     /// Bytes of one property name.

@@ -72,6 +72,8 @@ pub(crate) struct ArtifactsSettings {
     /// Connections authenticated by grant tokens (and not the pod's) at once, all grants together
     /// (`STEPSHIM_GRANT_MAX_CONNECTIONS`; a `u32` fills the padding after `pull_retries`).
     pub(crate) max_connections: u32,
+    /// Seconds a pull waits out a busy source (`STEPSHIM_PULL_BUSY_SECONDS`).
+    pub(crate) pull_busy_secs: u32,
 }
 
 /// Caps of file transfers (PROTOCOL.md 4.8 and 7).
@@ -215,6 +217,7 @@ impl Config {
                 max_pulls: v.ranged(S::MAX_PULLS, 1, 1024)? as usize,
                 pull_retries: v.ranged(S::PULL_RETRIES, 0, 1000)? as u32,
                 max_connections: v.ranged(S::GRANT_MAX_CONNECTIONS, 1, 1 << 20)? as u32,
+                pull_busy_secs: v.ranged(S::PULL_BUSY_SECONDS, 0, 86_400)? as u32,
             },
             properties: crate::properties::Limits {
                 max_count: v.ranged(S::PROPERTIES_MAX_COUNT, 1, 1 << 16)? as usize,

@@ -38,6 +38,8 @@ pub(crate) struct Settings {
     /// Retries (connection attempts after the first) in a row without a byte of progress before
     /// a pull fails (`STEPSHIM_PULL_RETRIES`).
     pub(crate) retries: u32,
+    /// How long a pull waits out a source that answers 503 (`STEPSHIM_PULL_BUSY_SECONDS`).
+    pub(crate) busy: Duration,
     /// How long a connection may go without bytes (`STEPSHIM_FILES_IDLE_TIMEOUT`).
     pub(crate) idle: Duration,
     /// The extraction's caps.
@@ -93,6 +95,8 @@ struct Progress {
     total: Option<u64>,
     resumes: u32,
     reached: bool,
+    busy: u32,
+    waiting: bool,
     sha256: Option<String>,
     entries: Option<u64>,
     error: Option<String>,
@@ -127,6 +131,8 @@ impl Pull {
             },
             resumes: p.resumes,
             reached: p.reached,
+            busy: p.busy,
+            waiting: p.waiting,
             sha256: p.sha256.clone(),
             entries: p.entries,
             error: p.error.clone(),

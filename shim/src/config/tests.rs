@@ -67,6 +67,7 @@ fn defaults_need_a_token() {
         max_pulls: 8,
         pull_retries: 8,
         max_connections: 256,
+        pull_busy_secs: 600,
     };
     assert_eq!(c.artifacts, artifacts);
 }

@@ -131,6 +131,7 @@ fn pull_settings(
     crate::pull::Settings {
         max: a.max_pulls,
         retries: a.pull_retries,
+        busy: std::time::Duration::from_secs(u64::from(a.pull_busy_secs)),
         idle: f.idle_timeout,
         limits: f.limits(),
         same_owner,

@@ -111,8 +111,10 @@ enum Attempt {
     Connected,
     /// Nothing another request could change (a refusal, another tree): the pull fails.
     GiveUp(String),
-    /// A failure another request may not meet (a cut connection, a busy source).
+    /// A failure another request may not meet (a cut connection, a source that is not there).
     Retry(String),
+    /// The source is there and its transfer slots are all taken (503): waited out, not a retry.
+    Busy(String),
 }
 
 /// The stream across connections, read by the extraction.
@@ -131,6 +133,8 @@ pub(crate) struct Fetch<'a> {
     tail_out: Option<usize>,
     /// Connection attempts in a row without a byte of progress.
     failures: u32,
+    /// Since when the source has answered nothing but 503 (busy), if it does.
+    busy_since: Option<std::time::Instant>,
     /// Why the fetch gave up (the extraction then fails with this as its read error).
     pub(crate) failure: Option<String>,
 }
@@ -150,6 +154,7 @@ impl<'a> Fetch<'a> {
             tail: Vec::new(),
             tail_out: None,
             failures: 0,
+            busy_since: None,
             failure: None,
         }
     }
@@ -168,10 +173,20 @@ impl<'a> Fetch<'a> {
                 return Err(self.fail("cancelled".into()));
             }
             let why = match self.attempt() {
-                Attempt::Connected => return Ok(()),
+                Attempt::Connected => {
+                    self.busy_since = None;
+                    self.pull.lock().waiting = false;
+                    return Ok(());
+                }
                 Attempt::GiveUp(fatal) => return Err(self.fail(fatal)),
+                Attempt::Busy(why) => {
+                    self.wait_busy(why)?;
+                    continue;
+                }
                 Attempt::Retry(why) => why,
             };
+            self.busy_since = None;
+            self.pull.lock().waiting = false;
             self.failures += 1;
             let (retries, setting) = self.retries();
             if self.failures > retries {
@@ -184,6 +199,32 @@ impl<'a> Fetch<'a> {
             let pause = Duration::from_millis(100 << self.failures.min(6)).min(MAX_BACKOFF);
             std::thread::sleep(pause);
         }
+    }
+
+    /// Waits a moment before asking a busy source again, or gives up once it has been busy for
+    /// `STEPSHIM_PULL_BUSY_SECONDS`. The pause is 250 to 1,000 ms, spread by the pull's id and
+    /// the count so that many waiting pulls do not ask in step.
+    fn wait_busy(&mut self, why: String) -> io::Result<()> {
+        let since = *self.busy_since.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() >= self.s.busy {
+            let secs = self.s.busy.as_secs();
+            let setting = protocol::settings::PULL_BUSY_SECONDS;
+            return Err(self.fail(format!("{why} (still busy after {secs} s, {setting})")));
+        }
+        let n = {
+            let mut p = self.pull.lock();
+            p.busy += 1;
+            p.waiting = true;
+            p.busy
+        };
+        let spread = self
+            .pull
+            .id
+            .bytes()
+            .fold(n, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+        crate::debug!(pull = %self.pull.id, cause = %why, "the source is busy: waiting");
+        std::thread::sleep(Duration::from_millis(250 + u64::from(spread % 751)));
+        Ok(())
     }
 
     /// Retries (failed attempts in a row after the first) allowed, and the setting that says so:
@@ -234,7 +275,7 @@ impl<'a> Fetch<'a> {
             let body = String::from_utf8_lossy(&body);
             let why = format!("the source answered {status}: {}", body.trim());
             return if status == 503 {
-                Attempt::Retry(why)
+                Attempt::Busy(why)
             } else {
                 Attempt::GiveUp(why)
             };
