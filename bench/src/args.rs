@@ -61,7 +61,13 @@ pub struct LocalArgs {
     /// MiB of the `images` part's rootfs/ (5,000 files) and of its one OCI layout blob.
     #[arg(long, default_value_t = 200)]
     pub image_mib: u64,
-    /// Parts to run (default all): ready, spawn, floor, streams, stream, tls, images, many. `tls` compares
+    /// MiB of the `fanout` part's tree (one file, beside 200 small files).
+    #[arg(long, default_value_t = 64)]
+    pub fanout_mib: u64,
+    /// Pulls at once in the `fanout` part, each count against that many pulls alone.
+    #[arg(long, value_delimiter = ',', default_value = "2,10,30")]
+    pub fanout: Vec<usize>,
+    /// Parts to run (default all): ready, spawn, floor, streams, stream, tls, images, fanout, many. `tls` compares
     /// a plain and a TLS shim of the same binary (spawn latency, a new connection, a stream, a
     /// pull, CPU per GiB); it needs a binary built with TLS (`images/build-shim-binary --tls`:
     /// target/image/stepshim-tls), and the default set skips it for a binary without.

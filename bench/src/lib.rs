@@ -6,7 +6,8 @@
 //! # Layout
 //! - [`args`]: the command line, one subcommand per benchmark.
 //! - [`local`]: binary size, start to ready, idle RSS, memory per stream and per follower, spawn
-//!   latency, one-stream throughput, many followers.
+//!   latency, one-stream throughput, TLS, serving images, one tree pulled by many steps, many
+//!   followers.
 //! - [`cluster`]: pods on a cluster, the scenarios on both paths, the apiserver's cost, faults, the
 //!   report (markdown, JSON, chart); with `--soak`, steps of every kind for a long time under faults,
 //!   the shims and the controller side sampled from `/proc`.

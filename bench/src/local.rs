@@ -2,7 +2,8 @@
 //! output stream and per followed process, spawn latency against a raw fork/exec of the same binary
 //! (alternating, so machine noise hits both alike) with a `/healthz` round trip as the HTTP floor,
 //! one-stream throughput (the median of several runs), what TLS costs against plain HTTP ([`tls`]),
-//! and many processes followed at once with every byte checked. `--only` runs some of these parts.
+//! serving images ([`images`]), one tree pulled by many steps at once ([`fanout`]), and many
+//! processes followed at once with every byte checked. `--only` runs some of these parts.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use serde_json::json;
 
 use client::local::{Launch, find_binary};
 
+mod fanout;
 pub mod floor;
 mod images;
 mod spawn;
@@ -121,8 +123,8 @@ fn median(v: &mut [f64]) -> (f64, f64, f64) {
 }
 
 /// The parts `--only` knows.
-const PARTS: [&str; 8] = [
-    "ready", "spawn", "floor", "streams", "stream", "tls", "images", "many",
+const PARTS: [&str; 9] = [
+    "ready", "spawn", "floor", "streams", "stream", "tls", "images", "fanout", "many",
 ];
 
 /// Runs the local benchmark and prints the table.
@@ -178,6 +180,16 @@ pub async fn run(args: &LocalArgs) -> Result<i32> {
     }
     if part("images") {
         images::run(&shim, args.image_mib, args.stream_runs, &mut r).await?;
+    }
+    if part("fanout") {
+        fanout::run(
+            &bin,
+            args.fanout_mib,
+            &args.fanout,
+            args.stream_runs,
+            &mut r,
+        )
+        .await?;
     }
     if part("many") {
         many(&c, pid, args.concurrent, &mut r).await?;

@@ -6,46 +6,38 @@
 mod common;
 
 use std::path::Path;
-use std::time::Duration;
 
 use common::Shim;
 use common::artifacts::{grant, listing, pull_spec, scratch};
 use protocol::artifacts::PullState;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A source tree of one file of `mib` MiB: more than loopback buffers hold, so a reader that takes
-/// nothing keeps its transfer (and its slot) open.
+/// A source tree of one file of `mib` MiB.
 fn big_tree(name: &str, mib: usize) -> std::path::PathBuf {
     let src = scratch(name);
     std::fs::write(src.join("big.bin"), vec![7u8; mib << 20]).unwrap();
     src
 }
 
-/// Takes the source's one slot for grant holders: a GET of `src` with the grant token through a
-/// proxy that passes nothing back until `open` is sent. Returns once a second GET is refused 503.
-async fn hold_the_slot(
-    source: &Shim,
-    src: &Path,
-    token: &str,
-) -> (tokio::net::TcpStream, tokio::sync::watch::Sender<bool>) {
-    let (gate, open) = test_support::gated_proxy(source.addr.clone())
-        .await
-        .unwrap();
-    let mut held = tokio::net::TcpStream::connect(&gate).await.unwrap();
+/// Takes the source's one slot for grant holders: a GET of `src` with the grant token on a socket
+/// with a tiny receive buffer, whose answer's head says 200 and whose body is then left unread, so
+/// the transfer blocks with its slot. Dropping the socket ends it.
+async fn hold_the_slot(source: &Shim, src: &Path, token: &str) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut held = socket.connect(source.addr.parse().unwrap()).await.unwrap();
     let request = format!(
         "GET /v1/files?path={}/ HTTP/1.1\r\nHost: shim\r\nAuthorization: Bearer {token}\r\n\r\n",
         src.display()
     );
     held.write_all(request.as_bytes()).await.unwrap();
-    let reader = source.client.with_grant_token(token);
-    let path = format!("{}/", src.display());
-    for _ in 0..100 {
-        match reader.files_out(&path).await {
-            Err(e) if e.to_string().contains("503") => return (held, open),
-            _ => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+        head.push(held.read_u8().await.unwrap());
     }
-    panic!("the held GET never took the source's slot");
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 200"), "the held GET: {head}");
+    held
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,13 +52,15 @@ async fn a_busy_source_is_waited_out_and_shown() {
         ],
         None,
     );
-    let src = big_tree("busy-src", 32);
+    // More than the loopback buffers on both sides of the held connection hold (tcp_rmem's
+    // maximum is 32 MiB here, tcp_wmem's 4 MiB), so the held transfer keeps its slot.
+    let src = big_tree("busy-src", 128);
     source
         .client
         .grant(&grant(&src, "busy-tok", 120, None))
         .await
         .unwrap();
-    let (held, open) = hold_the_slot(&source, &src, "busy-tok").await;
+    let held = hold_the_slot(&source, &src, "busy-tok").await;
     let base = format!("http://{}", source.addr);
     let out = scratch("busy-dst");
 
@@ -92,8 +86,7 @@ async fn a_busy_source_is_waited_out_and_shown() {
     assert_eq!(waiting.state, PullState::Running, "{waiting:?}");
     assert!(waiting.waiting && waiting.busy >= 2, "{waiting:?}");
 
-    drop(held);
-    open.send(true).unwrap(); // the held transfer now writes into a closed socket and ends
+    drop(held); // the held transfer now writes into a closed socket and ends
     let done = dst.client.pull_status("waited", Some(60)).await.unwrap();
     assert_eq!(done.state, PullState::Done, "{done:?}");
     assert!(!done.waiting && done.busy >= 2, "{done:?}");

@@ -313,7 +313,11 @@ async fn route_to(
             only(Method::POST, "POST")?;
             process::resize(app, id, req).await
         }
-        Route::Files => files_route(app, req, q, granted_slot).await,
+        Route::Files => {
+            let granted = granted_slot.is_some();
+            let answer = files::handle(req, q, app.same_owner, granted_slot, &app.files).await;
+            grant_refusal(app, granted, answer)
+        }
         Route::Grants => artifacts::grants(app, req).await,
         Route::Grant(id) => {
             only(Method::DELETE, "DELETE")?;
@@ -339,16 +343,14 @@ async fn route_to(
     }
 }
 
-/// `/v1/files`, for the pod token or a grant holding `granted_slot`. To a grant holder a symlink on
-/// the way is a way out of the grant: forbidden, and counted as a refusal of its token.
-async fn files_route(
-    app: &Arc<App>,
-    req: Request<Incoming>,
-    q: &body::Query,
-    granted_slot: Option<tokio::sync::OwnedSemaphorePermit>,
+/// A `/v1/files` answer as a grant holder gets it: a symlink on the way is a way out of the grant,
+/// so it is forbidden, and counted as a refusal of its token.
+fn grant_refusal(
+    app: &App,
+    granted: bool,
+    answer: Result<Response<Body>, Error>,
 ) -> Result<Response<Body>, Error> {
-    let granted = granted_slot.is_some();
-    match files::handle(req, q, app.same_owner, granted_slot, &app.files).await {
+    match answer {
         Err(Error::Files(crate::files::FilesError::Symlinked(m))) if granted => {
             Err(app.grants.refuse(Error::Forbidden(m)))
         }

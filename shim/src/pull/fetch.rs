@@ -202,8 +202,9 @@ impl<'a> Fetch<'a> {
     }
 
     /// Waits a moment before asking a busy source again, or gives up once it has been busy for
-    /// `STEPSHIM_PULL_BUSY_SECONDS`. The pause is 250 to 1,000 ms, spread by the pull's id and
-    /// the count so that many waiting pulls do not ask in step.
+    /// `STEPSHIM_PULL_BUSY_SECONDS`. The pause is 50 ms plus the time the source has been busy, at
+    /// most 1 s, taken at 50 to 100% (spread by the pull's id and count): a slot that frees soon is
+    /// taken soon, and many waiting pulls do not ask in step.
     fn wait_busy(&mut self, why: String) -> io::Result<()> {
         let since = *self.busy_since.get_or_insert_with(std::time::Instant::now);
         if since.elapsed() >= self.s.busy {
@@ -222,8 +223,12 @@ impl<'a> Fetch<'a> {
             .id
             .bytes()
             .fold(n, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+        let doubled = since.elapsed().as_millis().min(1000) as u64;
+        let full = (50 + doubled).min(1000);
         crate::debug!(pull = %self.pull.id, cause = %why, "the source is busy: waiting");
-        std::thread::sleep(Duration::from_millis(250 + u64::from(spread % 751)));
+        std::thread::sleep(Duration::from_millis(
+            full / 2 + u64::from(spread) % (full / 2 + 1),
+        ));
         Ok(())
     }
 
