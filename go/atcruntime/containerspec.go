@@ -149,6 +149,11 @@ func imageRef(cfg *Config, spec ImageSpec) (string, error) {
 func parseImageURL(u string) (string, error) {
 	rest, ok := strings.CutPrefix(u, "docker://")
 	if !ok {
+		if strings.HasPrefix(u, "raw://") {
+			return "", fmt.Errorf("atcruntime: image URL %q: raw:// is a rootfs directory on a Garden "+
+				"worker's host, which a pod cannot run; give base resource types images in "+
+				"Config.ResourceTypes, which this worker registers instead of raw paths", u)
+		}
 		if strings.Contains(u, "://") {
 			return "", fmt.Errorf("atcruntime: image URL %q: only docker:///REPO[#TAG] or a plain image reference", u)
 		}

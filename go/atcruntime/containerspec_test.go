@@ -100,6 +100,10 @@ func TestImageRef(t *testing.T) {
 			t.Errorf("%+v: %q %v, want %q", tc.spec, got, err, tc.want)
 		}
 	}
+	if _, err := imageRef(cfg, ImageSpec{ImageURL: "raw:///var/rootfs"}); err == nil ||
+		!strings.Contains(err.Error(), "Config.ResourceTypes") {
+		t.Errorf("raw://: %v, want what to do instead", err)
+	}
 	for _, bad := range []ImageSpec{{}, {ImageURL: "raw:///var/rootfs"}, {ImageURL: "docker:///"},
 		{ResourceType: "hg"}, {ImageURL: "a", ResourceType: "git"}} {
 		if _, err := imageRef(cfg, bad); err == nil {
