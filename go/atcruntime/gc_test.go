@@ -1,4 +1,5 @@
-// GCContainers against a fake apiserver: the pods not desired go, the holder pod stays.
+// GCContainers and Info against a fake apiserver: the pods not desired go, the holder pod stays;
+// Info counts the step pods but not the holder.
 
 package atcruntime
 
@@ -50,11 +51,30 @@ func TestGCContainersKeepsTheHolder(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// Info counts the step pods, the holder aside; a holder that does not serve holds no volume.
+	w.cfg.ResourceTypes = map[string]string{"git": "git-resource:1", "time": "time-resource:2"}
+	w.cfg.ResourceTypeInfo = map[string]ResourceTypeInfo{"git": {Version: "1.17", Privileged: true}}
+	w.cfg.Tags, w.cfg.Team = []string{"k8s"}, "main"
+	info, err := w.Info(ctx)
+	want := []WorkerResourceType{{Type: "git", Image: "git-resource:1", Version: "1.17", Privileged: true},
+		{Type: "time", Image: "time-resource:2"}}
+	if err != nil || info.Name != "w" || info.Platform != "linux" || info.Team != "main" ||
+		!slices.Equal(info.Tags, []string{"k8s"}) || !slices.Equal(info.ResourceTypes, want) ||
+		info.ActiveContainers != 2 || info.ActiveVolumes != 0 {
+		t.Fatalf("info %+v %v", info, err)
+	}
 	deleted, err := w.GCContainers(ctx, []string{"task"}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(deleted, []string{"check"}) {
 		t.Fatalf("deleted %v, want only check (the holder %s kept)", deleted, w.HolderPod())
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if info, err := w.Info(ctx); err == nil && info.ActiveContainers == 1 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("after GC: info %+v %v, want 1 active container", info, err)
+		}
 	}
 }

@@ -31,6 +31,11 @@ type Config struct {
 	Template k8s.StepSpec
 	// ResourceTypes maps ATC's base resource types ("git", "registry-image", ...) to images.
 	ResourceTypes map[string]string
+	// ResourceTypeInfo holds what Info reports of a base resource type besides its image.
+	ResourceTypeInfo map[string]ResourceTypeInfo
+	// Platform, Team and Tags are what Info reports for ATC's registrar; Platform "" is "linux".
+	Platform, Team string
+	Tags           []string
 	// CertsConfigMap is the ConfigMap of certificates mounted read-only at /etc/ssl/certs of the
 	// containers whose spec asks for CertsBindMount; empty mounts nothing.
 	CertsConfigMap string
