@@ -1,5 +1,6 @@
 //! One artifact feeding many steps: N pulls of one tree at once from one source shim (PROTOCOL.md
-//! 4.11), spread over three destination shims, against N times one pull alone. The source serves
+//! 4.11), each by a destination shim of its own (each consumer is a step pod), against N times one
+//! pull alone. The source serves
 //! grant holders from `STEPSHIM_FILES_GRANT_MAX_CONCURRENT` slots (4 by default); pulls past them
 //! meet 503 and wait their turn. Rounds alternate the order of N, so machine noise hits each alike.
 //! Every pull must land whole (its SHA-256 as the first's); the row gives the median wall time, its
@@ -16,9 +17,6 @@ use protocol::artifacts::{GrantRequest, PullSpec, PullState};
 use serde_json::json;
 
 use super::{Report, median};
-
-/// Destination shims the pulls are spread over.
-const SHIMS: usize = 3;
 
 /// Runs the part: a tree of `mib` MiB (one file and 200 small ones), `runs` rounds of each N.
 pub(super) async fn run(
@@ -63,7 +61,8 @@ async fn measure(
         std::fs::write(src.join(format!("small/f{i}")), format!("file {i}\n"))?;
     }
     let source = start(bin)?;
-    let dsts: Vec<LocalShim> = (0..SHIMS).map(|_| start(bin)).collect::<Result<_>>()?;
+    let most = counts.iter().copied().max().unwrap_or(1);
+    let dsts: Vec<LocalShim> = (0..most).map(|_| start(bin)).collect::<Result<_>>()?;
     let token = client::local::random_token();
     source
         .client
@@ -129,7 +128,7 @@ async fn measure(
     }
     r.set(
         "fanout",
-        json!({"mib": mib, "runs": runs, "destination_shims": SHIMS, "cases": rows}),
+        json!({"mib": mib, "runs": runs, "destination_shims": most, "cases": rows}),
     );
     Ok(())
 }
@@ -153,7 +152,7 @@ impl Pulls<'_> {
         let mut started = Vec::new();
         for k in 0..count {
             self.n += 1;
-            let (shim, id) = (&self.dsts[k % SHIMS], format!("fan-{}", self.n));
+            let (shim, id) = (&self.dsts[k], format!("fan-{}", self.n));
             let spec = PullSpec {
                 source: self.source.url(),
                 source_pin: None,
