@@ -106,7 +106,7 @@ func (c *Container) Attach(ctx context.Context, id string, pio ProcessIO) (*PodP
 	if err != nil {
 		return nil, err
 	}
-	delivered, err := c.deliveredOf(id)
+	delivered, err := c.Delivered(id)
 	if err != nil {
 		return nil, c.goneOr(ctx, fmt.Errorf("atcruntime: attach to %s in %s: %w", id, c.handle, err))
 	}

@@ -29,10 +29,7 @@ const ResourceProcessID = "resource"
 // Delivered is the output log offset through which process id's output has been written to a
 // caller's writers, as recorded in the shim (0 when nothing is): where an Attach continues. Bounded
 // by Config.RequestTimeout, like Properties.
-func (c *Container) Delivered(id string) (int64, error) { return c.deliveredOf(id) }
-
-// deliveredOf is the offset recorded for process id, 0 when none is.
-func (c *Container) deliveredOf(id string) (int64, error) {
+func (c *Container) Delivered(id string) (int64, error) {
 	props, err := c.allProperties()
 	if err != nil {
 		return 0, err
@@ -74,8 +71,12 @@ func (c *Container) newRecorder(id string, from int64) *recorder {
 	return r
 }
 
-// note records that the writers hold the output up to offset.
+// note records that the writers hold the output up to offset; an offset not past the latest (a
+// full replay's stdout before what was delivered) changes nothing.
 func (r *recorder) note(offset int64) {
+	if offset <= r.latest.Load() {
+		return
+	}
 	r.latest.Store(offset)
 	select {
 	case r.kick <- struct{}{}:
@@ -105,13 +106,10 @@ func (r *recorder) run(written int64) {
 		if ending {
 			return
 		}
+		// The end cuts the pause short; the next turn then writes the last offset.
 		select {
 		case <-time.After(interval):
 		case <-r.end:
-			if v := r.latest.Load(); v != written {
-				_ = r.write(v)
-			}
-			return
 		}
 	}
 }

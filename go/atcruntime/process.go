@@ -74,7 +74,7 @@ func (c *Container) startProcess(sp *shim.ProcessStatus, offset, skipStderr int6
 			if err == nil {
 				end := f.Offset + 8 + int64(len(f.Payload))
 				p.offset.Store(end)
-				if rec != nil && end > rec.latest.Load() {
+				if rec != nil {
 					rec.note(end)
 				}
 			}

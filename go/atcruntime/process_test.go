@@ -221,7 +221,7 @@ func TestTTYAndSetTTY(t *testing.T) {
 func waitDelivered(t *testing.T, c *Container, id string, offset int64) {
 	t.Helper()
 	shimtest.Eventually(t, 10*time.Second, "the delivered offset in the shim", func() bool {
-		n, err := c.deliveredOf(id)
+		n, err := c.Delivered(id)
 		return err == nil && n == offset
 	})
 }

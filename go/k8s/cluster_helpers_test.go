@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
 
@@ -132,7 +133,6 @@ var runs atomic.Int64
 // run runs a process through the shim and returns its stdout, stderr and exit status.
 func run(t *testing.T, ctx context.Context, c *shim.Client, stdin io.Reader, args ...string) (string, string, int) {
 	t.Helper()
-	var out, errOut bytes.Buffer
 	id := fmt.Sprintf("run-%d", runs.Add(1))
 	sp, err := c.Run(ctx, id, shim.Spec{Path: args[0], Args: args[1:], Stdin: stdin != nil})
 	if err != nil {
@@ -141,19 +141,11 @@ func run(t *testing.T, ctx context.Context, c *shim.Client, stdin io.Reader, arg
 	if stdin != nil {
 		go c.FeedStdin(ctx, sp, stdin)
 	}
-	exit, err := c.Follow(ctx, id, 0, func(f shim.Frame) error {
-		switch f.Type {
-		case shim.FrameStdout:
-			out.Write(f.Payload)
-		case shim.FrameStderr:
-			errOut.Write(f.Payload)
-		}
-		return nil
-	})
+	out, errOut, exit, err := shimtest.Output(ctx, c, id, 0)
 	if err != nil {
 		t.Fatalf("follow %q: %v", args, err)
 	}
-	return out.String(), errOut.String(), exit.Status
+	return string(out), string(errOut), exit.Status
 }
 
 func tarOf(t *testing.T, files map[string][]byte) io.Reader {

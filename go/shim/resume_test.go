@@ -5,7 +5,6 @@ package shim_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -17,21 +16,6 @@ import (
 	"stepshim.dev/go/internal/shimtest"
 	"stepshim.dev/go/shim"
 )
-
-// output follows process id of c from byte 0 to its exit: its stdout, its stderr and the exit.
-func output(ctx context.Context, c *shim.Client, id string) (stdout, stderr []byte, exit *shim.Exit, err error) {
-	var out, errOut bytes.Buffer
-	exit, err = c.Follow(ctx, id, 0, func(f shim.Frame) error {
-		switch f.Type {
-		case shim.FrameStdout:
-			out.Write(f.Payload)
-		case shim.FrameStderr:
-			errOut.Write(f.Payload)
-		}
-		return nil
-	})
-	return out.Bytes(), errOut.Bytes(), exit, err
-}
 
 func seqOutput(n int) []byte {
 	var b bytes.Buffer
@@ -54,7 +38,7 @@ func TestAttachResumesThroughCutConnections(t *testing.T) {
 		fmt.Sprintf("seq 1 %d & seq 1 %d >&2; wait", n, n)}}); err != nil {
 		t.Fatal(err)
 	}
-	stdout, stderr, exit, err := output(ctx, cut, "seq")
+	stdout, stderr, exit, err := shimtest.Output(ctx, cut, "seq", 0)
 	if err != nil || exit.Status != 0 {
 		t.Fatalf("exit %+v err %v", exit, err)
 	}
@@ -137,7 +121,7 @@ func TestFollowResumesAfterIdleConnection(t *testing.T) {
 		"echo one; sleep 0.5; echo two; sleep 0.5; echo three"}}); err != nil {
 		t.Fatal(err)
 	}
-	out, _, exit, err := output(ctx, c, "quiet")
+	out, _, exit, err := shimtest.Output(ctx, c, "quiet", 0)
 	if err != nil || exit.Status != 0 || string(out) != "one\ntwo\nthree\n" {
 		t.Fatalf("exit %+v err %v output %q", exit, err, out)
 	}

@@ -1,6 +1,6 @@
 // Package shimtest runs the real stepshim binary for the module's tests, on 127.0.0.1:0 with a
 // token's hash, and holds the small helpers those tests share: a bounded context, polling with a
-// deadline, a buffer a stream writes while the test reads it. Tests only; nothing ships it.
+// deadline, a buffer a stream writes while the test reads it, a process's whole output. Tests only; nothing ships it.
 package shimtest
 
 import (
@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"stepshim.dev/go/shim"
 )
 
 // Binary is $STEPSHIM_BIN, else the cargo debug build of this repository; a missing binary fails
@@ -158,6 +160,21 @@ func (p *Proc) Stop() {
 
 // Log is what the shim wrote to stderr so far.
 func (p *Proc) Log() string { return p.log.String() }
+
+// Output follows process id of c from offset to its exit: its stdout, its stderr and the exit.
+func Output(ctx context.Context, c *shim.Client, id string, offset int64) (stdout, stderr []byte, exit *shim.Exit, err error) {
+	var out, errOut bytes.Buffer
+	exit, err = c.Follow(ctx, id, offset, func(f shim.Frame) error {
+		switch f.Type {
+		case shim.FrameStdout:
+			out.Write(f.Payload)
+		case shim.FrameStderr:
+			errOut.Write(f.Payload)
+		}
+		return nil
+	})
+	return out.Bytes(), errOut.Bytes(), exit, err
+}
 
 // Context is a context for one test, bounded so that a hang fails instead of stalling CI.
 func Context(t testing.TB) context.Context {
