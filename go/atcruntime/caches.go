@@ -147,8 +147,9 @@ func (s *volumeStore) logf(format string, args ...any) {
 	}
 }
 
-// createArtifactVolume is an empty volume of the holder for teamID.
-func (s *volumeStore) createArtifactVolume(ctx context.Context, teamID int) (*HolderVolume, error) {
+// createArtifactVolume is an empty volume of the holder for teamID; container, if set, is the pod
+// it was made for, whose life keeps it (an image copy).
+func (s *volumeStore) createArtifactVolume(ctx context.Context, teamID int, container string) (*HolderVolume, error) {
 	if err := s.ensureHolder(ctx); err != nil {
 		return nil, err
 	}
@@ -157,7 +158,7 @@ func (s *volumeStore) createArtifactVolume(ctx context.Context, teamID int) (*Ho
 		return nil, err
 	}
 	name := "artifact-" + randomHex(16)
-	m := holderMeta{Kind: "artifact", TeamID: teamID, Gen: randomHex(8), Updated: time.Now().UTC()}
+	m := holderMeta{Kind: "artifact", TeamID: teamID, Container: container, Gen: randomHex(8), Updated: time.Now().UTC()}
 	if err := s.emptyDir(ctx, s.holder, s.data+"/"+name+"/"+m.Gen); err != nil {
 		return nil, err
 	}
@@ -197,8 +198,8 @@ func (s *volumeStore) lookupName(ctx context.Context, name string) (Volume, bool
 	return s.holderVolume(name, m), true, nil
 }
 
-// gc removes the holder's volumes whose handles are not in desired, and expired ones; it returns
-// their handles. Step pods' directories are not its business (they go with their pods).
+// gc removes the holder's volumes whose handles are not in desired, and expired ones, but never the
+// image copy of a container whose pod exists; it returns their handles. Step pods' directories are not its business (they go with their pods).
 func (s *volumeStore) gc(ctx context.Context, desired []string) ([]string, error) {
 	c, ok, err := s.holderShim(ctx)
 	if !ok {
@@ -217,6 +218,9 @@ func (s *volumeStore) gc(ctx context.Context, desired []string) ([]string, error
 		handle := holderHandlePrefix + s.holder + "/" + name
 		if want[handle] && (m.Expires == nil || time.Now().Before(*m.Expires)) {
 			continue
+		}
+		if m.Container != "" && s.pods.Get(m.Container) != nil {
+			continue // the image of a pod that lives, which its kubelet may pull again
 		}
 		if err := s.removeVolume(ctx, c, name); err != nil {
 			return removed, fmt.Errorf("atcruntime: removing volume %s: %w", handle, err)
@@ -239,11 +243,12 @@ func (w *Worker) LookupResourceCache(ctx context.Context, key string) (Volume, b
 // CreateVolumeForArtifact is an empty volume of the holder for teamID (`fly execute -i` uploads
 // stream into it), kept until GCVolumes no longer desires it.
 func (w *Worker) CreateVolumeForArtifact(ctx context.Context, teamID int) (Volume, error) {
-	return w.vols.createArtifactVolume(ctx, teamID)
+	return w.vols.createArtifactVolume(ctx, teamID, "")
 }
 
 // GCVolumes removes the holder's volumes whose handles are not in desired (and expired task caches),
-// apart from container GC, and returns the handles removed.
+// apart from container GC, and returns the handles removed. The copy of an image artifact of another
+// worker made for a container stays while the container's pod exists, desired or not.
 func (w *Worker) GCVolumes(ctx context.Context, desired []string) ([]string, error) {
 	return w.vols.gc(ctx, desired)
 }

@@ -95,13 +95,13 @@ func TestContainersCluster(t *testing.T) {
 		Outputs: map[string]string{"out": "out"},
 	}
 	start := time.Now()
-	c, mounts, err := w.FindOrCreateContainer(ctx, "atc-core-task", spec)
+	c, mounts, err := w.FindOrCreateContainer(ctx, "atc-core-task", spec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	uid := kit.Get("atc-core-task").UID
 	okc("FindOrCreateContainer made pod %s and set it up in %v; mounts %s", c.Handle(), time.Since(start).Round(time.Millisecond), mountList(mounts))
-	c2, mounts2, err := w.FindOrCreateContainer(ctx, "atc-core-task", spec)
+	c2, mounts2, err := w.FindOrCreateContainer(ctx, "atc-core-task", spec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestContainersCluster(t *testing.T) {
 func getReadsItsDir(t *testing.T, ctx context.Context, w *Worker, image string) {
 	const dir = "/tmp/build/get"
 	c, mounts, err := w.FindOrCreateContainer(ctx, "atc-core-get", ContainerSpec{Type: "get",
-		StepName: "get", ImageSpec: ImageSpec{ImageURL: image}, Dir: dir, User: "nobody"})
+		StepName: "get", ImageSpec: ImageSpec{ImageURL: image}, Dir: dir, User: "nobody"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func podDeletedMidWait(t *testing.T, ctx context.Context, w *Worker, kit *k8s.Wo
 // (the volumes keep their owners); a process run as that user then fails to start.
 func unknownUser(t *testing.T, ctx context.Context, w *Worker, image string) {
 	c, _, err := w.FindOrCreateContainer(ctx, "atc-core-nouser", ContainerSpec{Type: "task", StepName: "nouser",
-		ImageSpec: ImageSpec{ImageURL: image}, Dir: "/tmp/build/n", User: "no-such-user"})
+		ImageSpec: ImageSpec{ImageURL: image}, Dir: "/tmp/build/n", User: "no-such-user"}, nil)
 	if err != nil {
 		t.Fatalf("a container whose user the image does not have: %v", err)
 	}

@@ -72,13 +72,25 @@ type volumeStore struct {
 	// meta and data are the holder's directories of meta files and of contents.
 	meta, data string
 	signer     *p2pSigner
+	// cluster holds the other workers whose P2P URLs this one acts on; nil: none.
+	cluster *Cluster
 	// mu serializes this process's creations of the holder.
 	mu sync.Mutex
 }
 
 // newVolumeStore is the volumes of the kit's worker with cfg.Volumes.
 func newVolumeStore(kit *k8s.Worker, cfg Config) *volumeStore {
-	return newStore(kit, cfg.Volumes)
+	s := newStore(kit, cfg.Volumes)
+	s.join(cfg.Cluster)
+	return s
+}
+
+// join makes s a worker of c (nil: none).
+func (s *volumeStore) join(c *Cluster) {
+	if c != nil {
+		s.cluster = c
+		c.add(s)
+	}
 }
 
 func newStore(pods kitPods, cfg VolumeConfig) *volumeStore {
@@ -172,6 +184,8 @@ type holderMeta struct {
 	Key string `json:"key,omitempty"`
 	// TeamID is the team of an artifact volume.
 	TeamID int `json:"team_id,omitempty"`
+	// Container is the pod an artifact volume was made for (an image copy), kept while it exists.
+	Container string `json:"container,omitempty"`
 	// Gen is the current generation: the contents are in s.data/<name>/<gen>.
 	Gen string `json:"gen"`
 	// Updated is when Gen was written; Expires, if set, when the volume counts as gone.

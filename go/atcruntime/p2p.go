@@ -1,15 +1,19 @@
 // P2P URLs and pod-to-pod copies. GetStreamInP2PURL returns a URL that describes its destination
 // itself, so the web node that acts on it (ATC hands it to StreamP2POut, perhaps on another node)
-// needs nothing but the worker's key:
+// needs nothing but the destination worker's key:
 //
-//	stepshim-p2p://<pod>/?v=1&path=<abs dir>&expires=<unix seconds>&sig=<hex HMAC-SHA256>
+//	stepshim-p2p://<pod>/?v=2&worker=<name>&path=<abs dir>[&owner=<uid>:<gid>]&expires=<unix s>&sig=<hex>
 //
-// The signature covers the namespace, pod, path and expiry under a sub-key of the worker's key (the
-// HMAC of a name no pod can have, see p2pKeyName), so it never exposes a pod's token and a URL changed
-// in any signed part is refused. Query parameters it does not sign are tolerated: ATC appends
-// `limit=<MB>`, which the copy honours. The copy itself is a pull by the destination's shim with a
-// read grant on the source, identity on the wire (results/atc-streaming/ has the measurements that
-// keep it so).
+// The signature (HMAC-SHA256) covers the namespace, worker, pod, path, owner and expiry under a
+// sub-key of the worker's key (the HMAC of a name no pod can have, see p2pKeyName), so it never
+// exposes a pod's token and a URL changed in any signed part is refused. Query parameters it does not
+// sign are tolerated: ATC appends `limit=<MB>`, which the copy honours.
+//
+// The source volume may belong to another worker than the URL's, in another namespace and with
+// another key, when both are in one Cluster (cluster.go): the source's worker grants a read of the
+// source, the destination's worker asks its shim to pull. The copy itself is a pull by the
+// destination's shim with that grant, identity on the wire (results/atc-streaming/ has the
+// measurements that keep it so).
 
 package atcruntime
 
@@ -45,9 +49,11 @@ const (
 // ErrP2PURL is the error for a URL that is not a valid, unexpired one of this worker.
 var ErrP2PURL = errors.New("atcruntime: invalid P2P URL")
 
-// p2pTarget is a URL's destination: an absolute directory of a pod, and the limit appended to it.
+// p2pTarget is a URL's destination: an absolute directory of a pod of a worker, who owns what is
+// copied there (nil: the source's owners), and the limit appended to it.
 type p2pTarget struct {
-	Pod, Path string
+	Worker, Pod, Path string
+	Owner             *shim.Owner
 	// Limit is the decompressed tar's cap in bytes, 0 for none; LimitInMB is it as given.
 	Limit     int64
 	LimitInMB float64
@@ -55,21 +61,21 @@ type p2pTarget struct {
 
 // p2pSigner signs and checks URLs for one worker.
 type p2pSigner struct {
-	namespace string
-	key       []byte
-	ttl       time.Duration
+	namespace, worker string
+	key               []byte
+	ttl               time.Duration
 }
 
 func newSigner(pods kitPods, ttl time.Duration) *p2pSigner {
 	if ttl <= 0 {
 		ttl = DefaultP2PURLTTL
 	}
-	return &p2pSigner{namespace: pods.Namespace(), key: []byte(pods.Token(p2pKeyName)), ttl: ttl}
+	return &p2pSigner{namespace: pods.Namespace(), worker: pods.Name(), key: []byte(pods.Token(p2pKeyName)), ttl: ttl}
 }
 
-func (s *p2pSigner) mac(pod, dir string, expires int64) string {
+func (s *p2pSigner) mac(pod, dir, owner string, expires int64) string {
 	m := hmac.New(sha256.New, s.key)
-	for _, part := range []string{"v1", s.namespace, pod, dir, strconv.FormatInt(expires, 10)} {
+	for _, part := range []string{"v2", s.namespace, s.worker, pod, dir, owner, strconv.FormatInt(expires, 10)} {
 		m.Write([]byte(strconv.Itoa(len(part))))
 		m.Write([]byte{':'})
 		m.Write([]byte(part))
@@ -77,24 +83,34 @@ func (s *p2pSigner) mac(pod, dir string, expires int64) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// sign is the URL of t, valid from now for the signer's TTL.
+// sign is the URL of t (a pod of the signer's worker), valid from now for the signer's TTL.
 func (s *p2pSigner) sign(t p2pTarget, now time.Time) string {
 	expires := now.Add(s.ttl).Unix()
-	q := url.Values{"v": {"1"}, "path": {t.Path}, "expires": {strconv.FormatInt(expires, 10)},
-		"sig": {s.mac(t.Pod, t.Path, expires)}}
+	owner := formatOwner(t.Owner)
+	q := url.Values{"v": {"2"}, "worker": {s.worker}, "path": {t.Path}, "expires": {strconv.FormatInt(expires, 10)},
+		"sig": {s.mac(t.Pod, t.Path, owner, expires)}}
+	if owner != "" {
+		q.Set("owner", owner)
+	}
 	u := url.URL{Scheme: p2pScheme, Host: t.Pod, Path: "/", RawQuery: q.Encode()}
 	return u.String()
 }
 
-// verify is the target of raw if it is a URL this worker signed and it has not expired at now, with
-// the limit a `limit` parameter gives.
-func (s *p2pSigner) verify(raw string, now time.Time) (p2pTarget, error) {
+// parsedURL is a URL's parts before its signature is checked.
+type parsedURL struct {
+	worker, pod, dir, owner, sig string
+	expires                      int64
+	query                        url.Values
+}
+
+// parseURL reads raw's parts; it checks their form, not the signature.
+func parseURL(raw string) (parsedURL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return p2pTarget{}, fmt.Errorf("%w: %v", ErrP2PURL, err)
+		return parsedURL{}, fmt.Errorf("%w: %v", ErrP2PURL, err)
 	}
 	if u.Scheme != p2pScheme || !validPodName(u.Host) {
-		return p2pTarget{}, fmt.Errorf("%w: %q is not a %s:// URL of a pod", ErrP2PURL, raw, p2pScheme)
+		return parsedURL{}, fmt.Errorf("%w: %q is not a %s:// URL of a pod (another runtime's worker?)", ErrP2PURL, raw, p2pScheme)
 	}
 	q := u.Query()
 	one := func(name string) (string, error) {
@@ -103,26 +119,47 @@ func (s *p2pSigner) verify(raw string, now time.Time) (p2pTarget, error) {
 		}
 		return q[name][0], nil
 	}
-	var v, dir, exp, sig string
+	p := parsedURL{pod: u.Host, query: q}
+	var v, exp string
 	for _, f := range []struct {
 		name string
 		to   *string
-	}{{"v", &v}, {"path", &dir}, {"expires", &exp}, {"sig", &sig}} {
+	}{{"v", &v}, {"worker", &p.worker}, {"path", &p.dir}, {"expires", &exp}, {"sig", &p.sig}} {
 		if *f.to, err = one(f.name); err != nil {
+			return parsedURL{}, err
+		}
+	}
+	if len(q["owner"]) > 1 {
+		return parsedURL{}, fmt.Errorf("%w: want at most one \"owner\" parameter", ErrP2PURL)
+	}
+	p.owner = q.Get("owner")
+	p.expires, err = strconv.ParseInt(exp, 10, 64)
+	if v != "2" || err != nil || path.Clean(p.dir) != p.dir || !path.IsAbs(p.dir) || p.worker == "" {
+		return parsedURL{}, fmt.Errorf("%w: malformed version, worker, expiry or path", ErrP2PURL)
+	}
+	return p, nil
+}
+
+// verify is the target of raw if it is a URL this worker signed and it has not expired at now, with
+// the limit a `limit` parameter gives.
+func (s *p2pSigner) verify(raw string, now time.Time) (p2pTarget, error) {
+	p, err := parseURL(raw)
+	if err != nil {
+		return p2pTarget{}, err
+	}
+	if p.worker != s.worker || !hmac.Equal([]byte(p.sig), []byte(s.mac(p.pod, p.dir, p.owner, p.expires))) {
+		return p2pTarget{}, fmt.Errorf("%w: bad signature (changed, or made by another worker)", ErrP2PURL)
+	}
+	if now.Unix() > p.expires {
+		return p2pTarget{}, fmt.Errorf("%w: expired %s ago", ErrP2PURL, now.Sub(time.Unix(p.expires, 0)).Round(time.Second))
+	}
+	t := p2pTarget{Worker: p.worker, Pod: p.pod, Path: p.dir}
+	if p.owner != "" {
+		if t.Owner, err = parseOwner(p.owner); err != nil {
 			return p2pTarget{}, err
 		}
 	}
-	expires, err := strconv.ParseInt(exp, 10, 64)
-	if v != "1" || err != nil || path.Clean(dir) != dir || !path.IsAbs(dir) {
-		return p2pTarget{}, fmt.Errorf("%w: malformed version, expiry or path", ErrP2PURL)
-	}
-	if !hmac.Equal([]byte(sig), []byte(s.mac(u.Host, dir, expires))) {
-		return p2pTarget{}, fmt.Errorf("%w: bad signature (changed, or made by another worker)", ErrP2PURL)
-	}
-	if now.Unix() > expires {
-		return p2pTarget{}, fmt.Errorf("%w: expired %s ago", ErrP2PURL, now.Sub(time.Unix(expires, 0)).Round(time.Second))
-	}
-	t := p2pTarget{Pod: u.Host, Path: dir}
+	q := p.query
 	if lim, ok := q["limit"]; ok {
 		if t.Limit, t.LimitInMB, err = parseLimit(lim); err != nil {
 			return p2pTarget{}, fmt.Errorf("%w: %v", ErrP2PURL, err)
@@ -159,10 +196,28 @@ func parseLimit(values []string) (bytes int64, mb float64, err error) {
 	return bytes, mb, nil
 }
 
-// copyLimited copies the contents of src in srcPod into dst, refusing a tree whose tar is over dst's
-// limit before anything moves (the source's stream length), and cancelling the pull if the tree grew
-// past it meanwhile.
-func (s *volumeStore) copyLimited(ctx context.Context, srcPod, src string, dst p2pTarget) error {
+// formatOwner is owner as "uid:gid", empty for nil.
+func formatOwner(o *shim.Owner) string {
+	if o == nil {
+		return ""
+	}
+	return strconv.FormatUint(uint64(o.UID), 10) + ":" + strconv.FormatUint(uint64(o.GID), 10)
+}
+
+func parseOwner(s string) (*shim.Owner, error) {
+	u, g, ok := strings.Cut(s, ":")
+	uid, err1 := strconv.ParseUint(u, 10, 32)
+	gid, err2 := strconv.ParseUint(g, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("%w: owner %q is not uid:gid", ErrP2PURL, s)
+	}
+	return &shim.Owner{UID: uint32(uid), GID: uint32(gid)}, nil
+}
+
+// copyLimited copies the contents of src in srcPod (a pod of s) into dst, a pod of the worker of
+// store to, refusing a tree whose tar is over dst's limit before anything moves (the source's
+// stream length), and cancelling the pull if the tree grew past it meanwhile.
+func (s *volumeStore) copyLimited(ctx context.Context, srcPod, src string, to *volumeStore, dst p2pTarget) error {
 	if dst.Limit > 0 {
 		c, err := s.pods.Connect(ctx, srcPod)
 		if err != nil {
@@ -176,22 +231,24 @@ func (s *volumeStore) copyLimited(ctx context.Context, srcPod, src string, dst p
 			return &StreamLimitError{LimitInMB: dst.LimitInMB, Limit: dst.Limit}
 		}
 	}
-	return s.copy(ctx, srcPod, src, dst.Pod, dst.Path, dst, nil)
+	return s.copy(ctx, srcPod, src, to, dst)
 }
 
 // copyDir copies the contents of src in srcPod into dst in dstPod (created if missing; entries of
 // dst the source does not name are kept), pod to pod; owner, if set, owns every entry copied and
 // every directory the copy creates (PROTOCOL.md 4.8.3), else the owners are the source's.
 func (s *volumeStore) copyDir(ctx context.Context, srcPod, src, dstPod, dst string, owner *shim.Owner) error {
-	return s.copy(ctx, srcPod, src, dstPod, dst, p2pTarget{}, owner)
+	return s.copy(ctx, srcPod, src, s, p2pTarget{Pod: dstPod, Path: dst, Owner: owner})
 }
 
-func (s *volumeStore) copy(ctx context.Context, srcPod, src, dstPod, dst string, lim p2pTarget, owner *shim.Owner) error {
+// copy has the shim of dst's pod, a pod of the worker of store to, pull src of srcPod, a pod of s,
+// with a read grant s makes on it.
+func (s *volumeStore) copy(ctx context.Context, srcPod, src string, to *volumeStore, dst p2pTarget) error {
 	sc, err := s.pods.Connect(ctx, srcPod)
 	if err != nil {
 		return err
 	}
-	dc, err := s.pods.Connect(ctx, dstPod)
+	dc, err := to.pods.Connect(ctx, dst.Pod)
 	if err != nil {
 		return err
 	}
@@ -208,12 +265,12 @@ func (s *volumeStore) copy(ctx context.Context, srcPod, src, dstPod, dst string,
 	if err != nil {
 		return err
 	}
-	spec := shim.PullSpec{Source: source, SourcePin: pin, Path: contents(src), Token: token, Target: dst, Owner: owner}
+	spec := shim.PullSpec{Source: source, SourcePin: pin, Path: contents(src), Token: token, Target: dst.Path, Owner: dst.Owner}
 	if _, _, err := dc.Pull(ctx, id, spec, 0); err != nil {
-		return fmt.Errorf("atcruntime: pull into %s:%s: %w", dstPod, dst, err)
+		return fmt.Errorf("atcruntime: pull into %s:%s: %w", dst.Pod, dst.Path, err)
 	}
 	defer func() { _ = dc.DeletePull(context.WithoutCancel(ctx), id) }()
-	return waitPull(ctx, dc, id, lim)
+	return waitPull(ctx, dc, id, dst)
 }
 
 // waitPull waits for pull id to end; with a limit it checks the pull's progress every second and

@@ -48,6 +48,9 @@ type PodVolume struct {
 	pod    string
 	path   string
 	handle string
+	// owner, when set, owns everything streamed or copied in (a container's input, owned by its
+	// user as Garden's input volumes are); nil keeps the owners of the stream or the source.
+	owner *shim.Owner
 }
 
 var _ P2PVolume = (*PodVolume)(nil)
@@ -145,13 +148,8 @@ func (v *PodVolume) StreamOut(ctx context.Context, p string, compression Compres
 // StreamIn extracts the tar stream r, in the given compression, under path, refusing more than
 // limitInMB megabytes of decompressed tar (under one byte, 0 included: no limit). All or nothing: a
 // stream cut, corrupt or over the limit leaves the directory as it was (PROTOCOL.md 4.8); over the
-// limit is a *StreamLimitError.
+// limit is a *StreamLimitError. Into a container's input, every entry belongs to the container's user.
 func (v *PodVolume) StreamIn(ctx context.Context, p string, compression Compression, limitInMB float64, r io.Reader) error {
-	return v.streamIn(ctx, p, compression, limitInMB, r, nil)
-}
-
-// streamIn is StreamIn with owner, when set, owning every entry and every directory it creates.
-func (v *PodVolume) streamIn(ctx context.Context, p string, compression Compression, limitInMB float64, r io.Reader, owner *shim.Owner) error {
 	limit, err := limitBytes(limitInMB)
 	if err != nil {
 		return err
@@ -170,7 +168,7 @@ func (v *PodVolume) streamIn(ctx context.Context, p string, compression Compress
 		return err
 	}
 	lr := &limitedReader{r: dec, limit: limit, limitMB: limitInMB}
-	err = c.PutFilesAs(ctx, dst, owner, lr)
+	err = c.PutFilesAs(ctx, dst, v.owner, lr)
 	if lr.exceeded != nil {
 		return lr.exceeded
 	}
@@ -186,10 +184,11 @@ func (v *PodVolume) GetStreamInP2PURL(ctx context.Context, p string) (string, er
 	if err != nil {
 		return "", err
 	}
-	return v.s.signer.sign(p2pTarget{Pod: v.pod, Path: dst}, time.Now()), nil
+	return v.s.signer.sign(p2pTarget{Pod: v.pod, Path: dst, Owner: v.owner}, time.Now()), nil
 }
 
-// StreamP2POut copies path of this volume to the destination of destURL pod to pod (p2p.go).
+// StreamP2POut copies path of this volume to the destination of destURL pod to pod (p2p.go): a URL
+// of this worker, or of another worker of its Cluster (cluster.go).
 func (v *PodVolume) StreamP2POut(ctx context.Context, p, destURL string, compression Compression) error {
 	if err := checkCompression(compression); err != nil {
 		return err
@@ -198,16 +197,17 @@ func (v *PodVolume) StreamP2POut(ctx context.Context, p, destURL string, compres
 	if err != nil {
 		return err
 	}
-	dst, err := v.s.signer.verify(destURL, time.Now())
+	to, dst, err := v.s.resolveURL(destURL, time.Now())
 	if err != nil {
 		return err
 	}
-	return v.s.copyLimited(ctx, v.pod, src, dst)
+	return v.s.copyLimited(ctx, v.pod, src, to, dst)
 }
 
-// streamInput puts art's contents into dst: pod to pod when art is a volume of this worker, else
-// through the caller (art.StreamOut into dst.StreamIn, raw, no limit). owner, when set, owns every
-// entry copied (Garden's input volumes belong to the task's user); else the source's owners stay.
+// streamInput puts art's contents into dst, owned by owner when set (Garden's input volumes belong
+// to the task's user), else by the source's owners: pod to pod when art is a volume of this worker,
+// else through the caller (art.StreamOut into dst.StreamIn, raw, no limit). Inputs of containers
+// go through the worker's Streamer instead (streamer.go).
 func (s *volumeStore) streamInput(ctx context.Context, dst *PodVolume, art Artifact, owner *shim.Owner) error {
 	if src, ok := s.localVolume(art); ok {
 		return s.copyDir(ctx, src.pod, src.path, dst.pod, dst.path, owner)
@@ -217,7 +217,9 @@ func (s *volumeStore) streamInput(ctx context.Context, dst *PodVolume, art Artif
 		return err
 	}
 	defer rc.Close()
-	return dst.streamIn(ctx, ".", Raw, 0, rc, owner)
+	in := *dst
+	in.owner = owner
+	return in.StreamIn(ctx, ".", Raw, 0, rc)
 }
 
 // localVolume is art as a directory of a pod of this worker, if it is one.

@@ -39,6 +39,10 @@ type Config struct {
 	// CertsConfigMap is the ConfigMap of certificates mounted read-only at /etc/ssl/certs of the
 	// containers whose spec asks for CertsBindMount; empty mounts nothing.
 	CertsConfigMap string
+	// Cluster, if set, holds the other workers of the cluster whose P2P URLs this worker's volumes
+	// act on (and which act on this one's): pod to pod between workers (cluster.go). Nil: P2P
+	// only within this worker; ATC then streams through the web node between workers.
+	Cluster *Cluster
 	// ViaProxy reaches the shims through the apiserver (k8s.Worker.ConnectViaProxy) instead of at
 	// their pod IPs.
 	ViaProxy bool
@@ -56,6 +60,12 @@ type Config struct {
 	// stderr continued where it was delivered (delivered.go). Nil means ResourceProcessID, ATC's
 	// resource scripts, whose answer is their whole stdout; an empty slice means none.
 	FullReplay []string
+	// Streamer copies inputs (and image artifacts) of other workers into this worker's containers;
+	// ATC passes its own. Nil is NewStreamer(StreamerConfig{Compression: Raw, P2P: true}).
+	Streamer Streamer
+	// ParallelInputs is how many inputs of one container are copied at once; zero means 4 (a
+	// step pod's shim runs up to STEPSHIM_MAX_PULLS, 8, pulls at once).
+	ParallelInputs int
 	// DeliveredInterval is the least time between two records of how far a named process's output
 	// has been written (one property request each); what a web node that dies without a word wrote
 	// in the last interval is written again by the next Attach. Zero means 100 ms.
@@ -67,6 +77,20 @@ func (c *Config) deliveredInterval() time.Duration {
 		return 100 * time.Millisecond
 	}
 	return c.DeliveredInterval
+}
+
+func (c *Config) streamer() Streamer {
+	if c.Streamer == nil {
+		return NewStreamer(StreamerConfig{Compression: Raw, P2P: true, Logf: c.Volumes.Logf})
+	}
+	return c.Streamer
+}
+
+func (c *Config) parallelInputs() int {
+	if c.ParallelInputs <= 0 {
+		return 4
+	}
+	return c.ParallelInputs
 }
 
 func (c *Config) stopGrace() time.Duration {
@@ -88,6 +112,8 @@ type Worker struct {
 	kit  *k8s.Worker
 	cfg  *Config
 	vols *volumeStore
+	// inflight is the resource caches being streamed into this worker (inputs.go).
+	inflight inflight
 }
 
 // NewWorker returns the Worker of cfg.
@@ -110,14 +136,18 @@ func (w *Worker) Name() string { return w.kit.Name() }
 // FindOrCreateContainer makes sure the step pod handle exists as spec says and returns it with its
 // mounts, each a PodVolume of the pod, in Garden's order: ScratchPath, spec.Dir when no other mount
 // is there (a get step reads its result from the volume at Dir), then the inputs, caches and outputs
-// by path. A pod of that name is
-// found, not created again. Until the pod's shim holds PropertyReady the set-up runs: output and cache
-// directories created owned by spec.User, inputs streamed in, task caches restored. spec is not
-// compared with a pod found. A pod that will never be ready is a *k8s.PodFailedError; one that
-// is ending a *PodGoneError; ctx ending first a *k8s.NotReadyError.
-func (w *Worker) FindOrCreateContainer(ctx context.Context, handle string, spec ContainerSpec) (*Container, []VolumeMount, error) {
+// by path. A pod of that name is found, not created again. Until the pod's shim holds
+// PropertyReady the set-up runs: output and cache directories created owned by spec.User, inputs
+// copied in (Config.ParallelInputs at once; those of other workers through Config.Streamer, each
+// told to delegate first, which may be nil), task caches restored. spec is not compared with a pod
+// found. A pod that will never be ready is a *k8s.PodFailedError; one that is ending a
+// *PodGoneError; ctx ending first a *k8s.NotReadyError.
+func (w *Worker) FindOrCreateContainer(ctx context.Context, handle string, spec ContainerSpec, delegate BuildStepDelegate) (*Container, []VolumeMount, error) {
+	if delegate == nil {
+		delegate = quietDelegate{}
+	}
 	if w.kit.Get(handle) == nil {
-		if err := w.create(ctx, handle, spec); err != nil {
+		if err := w.create(ctx, handle, spec, delegate); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -138,7 +168,7 @@ func (w *Worker) FindOrCreateContainer(ctx context.Context, handle string, spec 
 		return nil, nil, err
 	}
 	if props[PropertyReady] == "" {
-		if err := w.setUp(ctx, c, spec, paths); err != nil {
+		if err := w.setUp(ctx, c, spec, paths, delegate); err != nil {
 			return nil, nil, fmt.Errorf("atcruntime: setting up %s: %w", handle, err)
 		}
 	}
@@ -150,14 +180,14 @@ func (w *Worker) FindOrCreateContainer(ctx context.Context, handle string, spec 
 }
 
 // create creates the pod of spec; a pod of that name created meanwhile is taken as done.
-func (w *Worker) create(ctx context.Context, handle string, spec ContainerSpec) error {
+func (w *Worker) create(ctx context.Context, handle string, spec ContainerSpec, delegate BuildStepDelegate) error {
 	image, err := imageRef(w.cfg, spec.ImageSpec)
 	if err != nil {
 		return err
 	}
 	var from *k8s.ImageFrom
 	if spec.ImageSpec.ImageArtifact != nil {
-		if from, err = w.imageFrom(ctx, spec.ImageSpec.ImageArtifact, spec.TeamID); err != nil {
+		if from, err = w.imageFrom(ctx, handle, spec.ImageSpec.ImageArtifact, spec.TeamID, delegate); err != nil {
 			return fmt.Errorf("atcruntime: image of %s: %w", handle, err)
 		}
 	}
@@ -174,17 +204,25 @@ func (w *Worker) create(ctx context.Context, handle string, spec ContainerSpec) 
 }
 
 // imageFrom is an image artifact as a directory of a pod of this worker: the artifact itself when it
-// is a volume of this worker, else a copy in a new artifact volume of the holder (which GCVolumes
-// collects once it is not in ATC's desired set).
-func (w *Worker) imageFrom(ctx context.Context, art Artifact, teamID int) (*k8s.ImageFrom, error) {
+// is a volume of this worker (or a resource cache this worker holds too), else a copy in a new
+// artifact volume of the holder, kept while the container's pod exists (GCVolumes keeps it
+// whatever ATC's desired set says: the kubelet pulls it as the pod starts).
+func (w *Worker) imageFrom(ctx context.Context, handle string, art Artifact, teamID int, delegate BuildStepDelegate) (*k8s.ImageFrom, error) {
 	if v, ok := w.vols.localVolume(art); ok {
 		return &k8s.ImageFrom{Pod: v.Pod(), Path: v.Path()}, nil
 	}
-	v, err := w.vols.createArtifactVolume(ctx, teamID)
+	if key, ok := resourceCacheKey(art); ok {
+		if v, found, err := w.vols.lookupName(ctx, volumeName("resource", key)); err == nil && found {
+			pv := v.(*HolderVolume)
+			return &k8s.ImageFrom{Pod: pv.Pod(), Path: pv.Path()}, nil
+		}
+	}
+	v, err := w.vols.createArtifactVolume(ctx, teamID, handle)
 	if err != nil {
 		return nil, fmt.Errorf("artifact %s is not on this worker, and no volume to copy it to: %w", art.Handle(), err)
 	}
-	if err := w.vols.streamInput(ctx, v.PodVolume, art, nil); err != nil {
+	delegate.StreamingVolume("for image", art.Source(), w.Name())
+	if err := w.cfg.streamer().Stream(ctx, art, v.PodVolume); err != nil {
 		return nil, fmt.Errorf("copying artifact %s: %w", art.Handle(), err)
 	}
 	return &k8s.ImageFrom{Pod: v.Pod(), Path: v.Path()}, nil
@@ -252,7 +290,7 @@ func mountPaths(spec ContainerSpec) (paths, error) {
 
 // setUp records the process defaults, creates the scratch, working, output and cache directories
 // owned by the step user, streams the inputs in, restores the caches, and marks the pod ready.
-func (w *Worker) setUp(ctx context.Context, c *Container, spec ContainerSpec, p paths) error {
+func (w *Worker) setUp(ctx context.Context, c *Container, spec ContainerSpec, p paths, delegate BuildStepDelegate) error {
 	for name, value := range map[string]string{PropertyUser: spec.User, PropertyDir: spec.Dir} {
 		if value != "" {
 			if err := c.SetProperty(name, value); err != nil {
@@ -287,10 +325,16 @@ func (w *Worker) setUp(ctx context.Context, c *Container, spec ContainerSpec, p 
 			return fmt.Errorf("creating %s: %w", dir, err)
 		}
 	}
-	for i, in := range spec.Inputs {
-		if err := w.vols.streamInput(ctx, w.vols.podVolume(c.handle, p.inputs[i]), in.Artifact, owner); err != nil {
+	err = parallel(ctx, len(spec.Inputs), w.cfg.parallelInputs(), func(ctx context.Context, i int) error {
+		dst := w.vols.podVolume(c.handle, p.inputs[i])
+		dst.owner = owner
+		if err := w.fetchInput(ctx, dst, spec.Inputs[i].Artifact, delegate); err != nil {
 			return fmt.Errorf("input at %s: %w", p.inputs[i], err)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	for i, cache := range spec.Caches {
 		key := TaskCacheKey{JobID: spec.JobID, StepName: spec.StepName, Path: cache}

@@ -131,7 +131,7 @@ func (a *atcWay) container(ctx context.Context, step string, spec atcruntime.Con
 	spec.TeamID, spec.TeamName, spec.JobID = teamID, "main", jobID
 	handle := a.prefix + step
 	a.handles = append(a.handles, handle)
-	c, mounts, err := a.w.FindOrCreateContainer(ctx, handle, spec)
+	c, mounts, err := a.w.FindOrCreateContainer(ctx, handle, spec, nil)
 	if err != nil {
 		return nil, nil, err
 	}
