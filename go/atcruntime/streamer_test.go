@@ -144,7 +144,9 @@ type events struct {
 	all []string
 }
 
-func (e *events) StreamingVolume(v, from, to string) { e.add("streaming " + v + " " + from + "->" + to) }
+func (e *events) StreamingVolume(v, from, to string) {
+	e.add("streaming " + v + " " + from + "->" + to)
+}
 func (e *events) WaitingForStreamedVolume(v, to string) {
 	e.add("waiting " + v + " " + to)
 }
