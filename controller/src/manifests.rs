@@ -165,13 +165,23 @@ pub struct ShimPeers {
     /// Address blocks (CIDR) admitted as well: a controller outside the pod network, or the
     /// apiserver's addresses when shims are reached through `pods/proxy`.
     pub cidrs: Vec<String>,
+    /// Other workers whose step pods pull from these (P2P between workers of one cluster).
+    pub workers: Vec<PeerWorker>,
+}
+
+/// A worker whose step pods are admitted: by its worker label, in `namespace` or the policy's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerWorker {
+    pub worker: String,
+    pub namespace: Option<String>,
 }
 
 /// The namespace label Kubernetes sets on every namespace (1.21 and later).
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// The NetworkPolicy `name` for the step pods of `worker` in `namespace`: ingress to them only on
-/// the shim port, from `peers` and from the worker's own step pods. Egress is left open.
+/// the shim port, from `peers`, from the worker's own step pods and from the step pods of the peer
+/// workers. Egress is left open.
 pub fn network_policy(
     name: &str,
     namespace: &str,
@@ -213,6 +223,23 @@ pub fn network_policy(
         pod_selector: Some(worker_pods.clone()),
         ..Default::default()
     });
+    from.extend(peers.workers.iter().map(|w| NetworkPolicyPeer {
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                WORKER_LABEL.to_owned(),
+                label_value(&w.worker),
+            )])),
+            ..Default::default()
+        }),
+        namespace_selector: w.namespace.as_ref().map(|ns| LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                NAMESPACE_NAME_LABEL.to_owned(),
+                ns.clone(),
+            )])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }));
     NetworkPolicy {
         metadata: meta(name, namespace),
         spec: Some(NetworkPolicySpec {

@@ -153,6 +153,45 @@ fn by_default_the_controller_is_the_pods_with_the_documented_label() {
 }
 
 #[test]
+fn peer_workers_admit_their_step_pods_in_their_namespaces() {
+    let (_, p) = policy_of(
+        "peers",
+        &[
+            "-n",
+            "ci",
+            "--worker",
+            "a",
+            "--network-policy",
+            "--peer-worker",
+            "b",
+            "--peer-worker",
+            "other/c d",
+        ],
+    );
+    let from = p.spec.unwrap().ingress.unwrap()[0].from.clone().unwrap();
+    assert_eq!(from.len(), 4, "{from:?}");
+    let worker = controller::podspec::WORKER_LABEL;
+    assert_eq!(
+        from[1].pod_selector.clone().unwrap().match_labels,
+        labels(&[(worker, "a")])
+    );
+    assert_eq!(
+        from[2].pod_selector.clone().unwrap().match_labels,
+        labels(&[(worker, "b")])
+    );
+    assert!(from[2].namespace_selector.is_none());
+    // A worker name is a label value as podspec makes it.
+    assert_eq!(
+        from[3].pod_selector.clone().unwrap().match_labels,
+        labels(&[(worker, &controller::podspec::label_value("c d"))])
+    );
+    assert_eq!(
+        from[3].namespace_selector.clone().unwrap().match_labels,
+        labels(&[("kubernetes.io/metadata.name", "other")])
+    );
+}
+
+#[test]
 fn bad_peers_are_refused_before_anything_is_printed() {
     for (flag, value, want) in [
         (
@@ -179,6 +218,16 @@ fn bad_peers_are_refused_before_anything_is_printed() {
             "--controller-cidr",
             "example/8",
             "--controller-cidr \"example/8\": want an address block",
+        ),
+        (
+            "--peer-worker",
+            "Bad_NS/w",
+            "--peer-worker \"Bad_NS/w\": want WORKER or NAMESPACE/WORKER",
+        ),
+        (
+            "--peer-worker",
+            "ns/",
+            "--peer-worker \"ns/\": want WORKER or NAMESPACE/WORKER",
         ),
     ] {
         let (code, out, err) = manifests(&["--network-policy", flag, value]);

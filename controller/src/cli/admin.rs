@@ -350,9 +350,34 @@ fn shim_peers(args: &ManifestArgs) -> Result<manifests::ShimPeers> {
             bail!("--controller-cidr {cidr:?}: want an address block such as 203.0.113.7/32");
         }
     }
+    let mut workers = Vec::new();
+    for peer in &args.peer_workers {
+        let (namespace, worker) = match peer.split_once('/') {
+            Some((ns, w)) => (Some(ns), w),
+            None => (None, peer.as_str()),
+        };
+        if worker.is_empty() || namespace.is_some_and(|ns| !dns_label(ns)) {
+            bail!("--peer-worker {peer:?}: want WORKER or NAMESPACE/WORKER");
+        }
+        workers.push(manifests::PeerWorker {
+            worker: worker.to_owned(),
+            namespace: namespace.map(str::to_owned),
+        });
+    }
     Ok(manifests::ShimPeers {
         controller_labels: labels,
         controller_namespace: args.controller_namespace.clone(),
         cidrs: args.controller_cidrs.clone(),
+        workers,
     })
+}
+
+/// Whether `s` is a DNS label, as namespace names are.
+fn dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
 }

@@ -325,6 +325,12 @@ pub struct ManifestArgs {
     /// nodes' IPs). Repeatable.
     #[arg(long = "controller-cidr", value_name = "CIDR")]
     pub controller_cidrs: Vec<String>,
+    /// With --network-policy: the step pods of another worker also admitted, so that its steps
+    /// pull from these (P2P between the workers of one cluster, the Go kit's atcruntime.Cluster):
+    /// WORKER in the same namespace, or NAMESPACE/WORKER. Repeatable; give each worker's policy
+    /// the others.
+    #[arg(long = "peer-worker", value_name = "[NAMESPACE/]WORKER")]
+    pub peer_workers: Vec<String>,
     /// Also print the DaemonSet of the node-local forwarder (/stepshim-forward of the shim image,
     /// one pod per node on the host network, listening on 127.0.0.1:7779 only): what a node's
     /// containerd pulls the images of earlier steps through. Runs as non-root with no capability,
