@@ -62,10 +62,15 @@ func (v *PodVolume) InitializeTaskCache(ctx context.Context, jobID int, stepName
 	return err
 }
 
-// InitializeResourceCache keeps this volume's contents as the resource cache key and returns it, a
-// volume of the holder that outlives this one's pod.
+// InitializeResourceCache keeps this volume as the resource cache key and returns it, a volume of
+// the holder that outlives this one's pod: marked in place, as Garden does, when it is a directory of
+// a step pod (moved into the holder when container GC deletes the pod, inplace.go), else copied.
 func (v *PodVolume) InitializeResourceCache(ctx context.Context, key string) (Volume, error) {
-	return v.s.keep(ctx, v, volumeName("resource", key), holderMeta{Kind: "resource", Key: key})
+	m := holderMeta{Kind: "resource", Key: key}
+	if v.pod != v.s.holder {
+		return v.s.markInPlace(ctx, v, volumeName("resource", key), m)
+	}
+	return v.s.keep(ctx, v, volumeName("resource", key), m)
 }
 
 // keep copies src into a new generation of the holder's volume name and makes it current.
@@ -88,7 +93,7 @@ func (s *volumeStore) keep(ctx context.Context, src *PodVolume, name string, m h
 	if err := s.writeMeta(ctx, c, name, m); err != nil {
 		return nil, err
 	}
-	if hadOld && old.Gen != m.Gen {
+	if hadOld && old.Gen != "" && old.Gen != m.Gen {
 		_ = c.RemoveFiles(ctx, s.data+"/"+name+"/"+old.Gen)
 	}
 	return s.holderVolume(name, m), nil

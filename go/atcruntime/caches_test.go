@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"stepshim.dev/go/shim"
 )
 
@@ -187,6 +189,10 @@ func TestResourceCacheArtifactsLookupAndGC(t *testing.T) {
 	rc, err := s.podVolume("get-1", dir).InitializeResourceCache(ctx, "git:v1")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Container GC moves it into the holder before the get's pod goes (inplace.go).
+	if stay := s.moveOut(ctx, []*corev1.Pod{lp.Get("get-1")}, nil, 0); len(stay) != 0 {
+		t.Fatalf("pods that must stay: %v", stay)
 	}
 	_ = lp.Delete(ctx, "get-1")
 	found, ok, err := w.LookupResourceCache(ctx, "git:v1")

@@ -186,8 +186,11 @@ type holderMeta struct {
 	TeamID int `json:"team_id,omitempty"`
 	// Container is the pod an artifact volume was made for (an image copy), kept while it exists.
 	Container string `json:"container,omitempty"`
-	// Gen is the current generation: the contents are in s.data/<name>/<gen>.
-	Gen string `json:"gen"`
+	// Gen is the current generation: the contents are in s.data/<name>/<gen>. Empty while the
+	// volume is kept in place (inplace.go), in directory Path of step pod Pod.
+	Gen  string `json:"gen"`
+	Pod  string `json:"pod,omitempty"`
+	Path string `json:"path,omitempty"`
 	// Updated is when Gen was written; Expires, if set, when the volume counts as gone.
 	Updated time.Time  `json:"updated"`
 	Expires *time.Time `json:"expires,omitempty"`
@@ -208,6 +211,9 @@ func (v *HolderVolume) Key() string { return v.meta.Key }
 
 func (s *volumeStore) holderVolume(name string, m holderMeta) *HolderVolume {
 	pv := s.podVolume(s.holder, s.data+"/"+name+"/"+m.Gen)
+	if m.Pod != "" {
+		pv = s.podVolume(m.Pod, m.Path)
+	}
 	pv.handle = holderHandlePrefix + s.holder + "/" + name
 	return &HolderVolume{PodVolume: pv, name: name, meta: m}
 }
@@ -244,6 +250,11 @@ func (s *volumeStore) readMeta(ctx context.Context, c *shim.Client, name string)
 	}
 	if m.Expires != nil && time.Now().After(*m.Expires) {
 		return m, false, nil
+	}
+	if m.Pod != "" {
+		// In place: there while its pod lives.
+		p := s.pods.Get(m.Pod)
+		return m, p != nil && p.DeletionTimestamp == nil && k8s.ProgressOf(p).Stage != k8s.Failed, nil
 	}
 	return m, m.Gen != "", nil
 }

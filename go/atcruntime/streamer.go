@@ -132,9 +132,9 @@ func resourceCacheKey(art Artifact) (string, bool) {
 
 // InitializeStreamedResourceCache keeps what was streamed into this volume, a resource cache of
 // another worker, as the resource cache key of this one (ATC's Streamer calls it when it caches
-// streamed volumes); call it before a process changes the volume.
+// streamed volumes), a copy in the holder: the volume is an input its container's process may change.
 func (v *PodVolume) InitializeStreamedResourceCache(ctx context.Context, key string) (Volume, error) {
-	return v.InitializeResourceCache(ctx, key)
+	return v.s.keep(ctx, v, volumeName("resource", key), holderMeta{Kind: "resource", Key: key})
 }
 
 // inputName is how the build log names an input: its mount path's last component.

@@ -426,8 +426,10 @@ func podGone(pod *corev1.Pod, name string, uid types.UID) *PodGoneError {
 
 // GCContainers deletes the worker's step pods whose handles are not in desired and that are at least
 // grace old (k8s.Worker.GC, with the Secrets and policies of pods gone), never the holder pod that
-// keeps the worker's volumes: those go by GCVolumes, apart from containers.
+// keeps the worker's volumes: those go by GCVolumes, apart from containers. A resource cache kept
+// in place in a pod about to go is first moved into the holder; a pod whose move fails stays.
 func (w *Worker) GCContainers(ctx context.Context, desired []string, grace time.Duration) ([]string, error) {
 	keep := append(append([]string(nil), desired...), w.HolderPod())
+	keep = append(keep, w.vols.moveOut(ctx, w.kit.List(), keep, grace)...)
 	return w.kit.GC(ctx, keep, grace)
 }

@@ -84,6 +84,7 @@ func newAtcWay(ctx context.Context, o options, prefix string) (*atcWay, string, 
 	}
 	config := atcruntime.Config{
 		Template: k8s.StepSpec{Delivery: delivery},
+		Cluster:  atcruntime.NewCluster(),
 		Volumes: atcruntime.VolumeConfig{Holder: k8s.StepSpec{Image: o.shimImage, Delivery: delivery},
 			HolderName: prefix + "volumes"},
 	}

@@ -32,17 +32,22 @@ while :; do sleep 0.2; done`
 // linesScript writes $1 numbered lines, one every 20 ms.
 const linesScript = `i=1; while [ "$i" -le "$1" ]; do echo "line $i"; i=$((i + 1)); sleep 0.02; done`
 
-// Faults runs the four checks after the build, each a phase of r.
+// fault is a check of what a build must survive.
+type fault struct {
+	name string
+	run  func(context.Context) error
+}
+
+// Faults runs the checks after the builds, each a phase of r: these four, then the volumes'
+// (volumes.go).
 func (a *atcWay) Faults(ctx context.Context, r *Result) error {
-	for _, f := range []struct {
-		name string
-		run  func(context.Context) error
-	}{
+	checks := append([]fault{
 		{"abort mid-task", a.abort},
 		{"web node restarted mid-task", a.restart},
 		{"task pod evicted mid-task", a.evicted},
 		{"task as a non-root user", a.nonRoot},
-	} {
+	}, a.volumeChecks()...)
+	for _, f := range checks {
 		t := time.Now()
 		if err := f.run(ctx); err != nil {
 			return fmt.Errorf("%s: %w", f.name, err)
