@@ -188,13 +188,9 @@ pub fn network_policy(
     worker: &str,
     peers: &ShimPeers,
 ) -> NetworkPolicy {
-    let worker_pods = LabelSelector {
-        match_labels: Some(BTreeMap::from([(
-            WORKER_LABEL.to_owned(),
-            label_value(worker),
-        )])),
-        ..Default::default()
-    };
+    let worker_pods = selector(WORKER_LABEL, &label_value(worker));
+    let in_namespace =
+        |ns: &Option<String>| ns.as_ref().map(|ns| selector(NAMESPACE_NAME_LABEL, ns));
     let mut from = Vec::new();
     if !peers.controller_labels.is_empty() {
         from.push(NetworkPolicyPeer {
@@ -202,13 +198,7 @@ pub fn network_policy(
                 match_labels: Some(peers.controller_labels.clone()),
                 ..Default::default()
             }),
-            namespace_selector: peers.controller_namespace.as_ref().map(|ns| LabelSelector {
-                match_labels: Some(BTreeMap::from([(
-                    NAMESPACE_NAME_LABEL.to_owned(),
-                    ns.clone(),
-                )])),
-                ..Default::default()
-            }),
+            namespace_selector: in_namespace(&peers.controller_namespace),
             ..Default::default()
         });
     }
@@ -224,20 +214,8 @@ pub fn network_policy(
         ..Default::default()
     });
     from.extend(peers.workers.iter().map(|w| NetworkPolicyPeer {
-        pod_selector: Some(LabelSelector {
-            match_labels: Some(BTreeMap::from([(
-                WORKER_LABEL.to_owned(),
-                label_value(&w.worker),
-            )])),
-            ..Default::default()
-        }),
-        namespace_selector: w.namespace.as_ref().map(|ns| LabelSelector {
-            match_labels: Some(BTreeMap::from([(
-                NAMESPACE_NAME_LABEL.to_owned(),
-                ns.clone(),
-            )])),
-            ..Default::default()
-        }),
+        pod_selector: Some(selector(WORKER_LABEL, &label_value(&w.worker))),
+        namespace_selector: in_namespace(&w.namespace),
         ..Default::default()
     }));
     NetworkPolicy {
@@ -255,6 +233,14 @@ pub fn network_policy(
             }]),
             egress: None,
         }),
+    }
+}
+
+/// The selector of one label `key=value`.
+fn selector(key: &str, value: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(BTreeMap::from([(key.to_owned(), value.to_owned())])),
+        ..Default::default()
     }
 }
 

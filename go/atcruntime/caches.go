@@ -75,14 +75,7 @@ func (v *PodVolume) InitializeResourceCache(ctx context.Context, key string) (Vo
 
 // keep copies src into a new generation of the holder's volume name and makes it current.
 func (s *volumeStore) keep(ctx context.Context, src *PodVolume, name string, m holderMeta) (*HolderVolume, error) {
-	if err := s.ensureHolder(ctx); err != nil {
-		return nil, err
-	}
-	c, err := s.pods.Connect(ctx, s.holder)
-	if err != nil {
-		return nil, err
-	}
-	old, hadOld, err := s.readMeta(ctx, c, name)
+	c, old, hadOld, err := s.openMeta(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -97,6 +90,19 @@ func (s *volumeStore) keep(ctx context.Context, src *PodVolume, name string, m h
 		_ = c.RemoveFiles(ctx, s.data+"/"+name+"/"+old.Gen)
 	}
 	return s.holderVolume(name, m), nil
+}
+
+// openMeta is a client of the holder (created if missing) and volume name's meta, if it has one.
+func (s *volumeStore) openMeta(ctx context.Context, name string) (*shim.Client, holderMeta, bool, error) {
+	if err := s.ensureHolder(ctx); err != nil {
+		return nil, holderMeta{}, false, err
+	}
+	c, err := s.pods.Connect(ctx, s.holder)
+	if err != nil {
+		return nil, holderMeta{}, false, err
+	}
+	m, found, err := s.readMeta(ctx, c, name)
+	return c, m, found, err
 }
 
 // restoreTaskCache copies the task cache key into dst, every entry owned by owner (the step's user,

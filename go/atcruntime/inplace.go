@@ -19,14 +19,7 @@ import (
 
 // markInPlace records v as volume name of the holder without copying it.
 func (s *volumeStore) markInPlace(ctx context.Context, v *PodVolume, name string, m holderMeta) (*HolderVolume, error) {
-	if err := s.ensureHolder(ctx); err != nil {
-		return nil, err
-	}
-	c, err := s.pods.Connect(ctx, s.holder)
-	if err != nil {
-		return nil, err
-	}
-	old, hadOld, err := s.readMeta(ctx, c, name)
+	c, old, hadOld, err := s.openMeta(ctx, name)
 	if err != nil {
 		return nil, err
 	}
