@@ -1,13 +1,14 @@
 //! What an operator applies once per namespace: the worker's ServiceAccount, a Role granting pods
 //! get/list/watch/create/delete (and configmaps get, for ConfigMap delivery, secrets
-//! list/create/patch/delete, for the image-pull Secrets of images from step pods, and
-//! networkpolicies list/create/patch/delete, for hermetic step pods) and nothing of
-//! `pods/exec`, `pods/attach` or `pods/portforward`, the RoleBinding, and optionally the ConfigMap
-//! carrying the shim binary. A worker that reaches shims through the apiserver (`--via proxy` or
-//! `auto`) also gets `pods/proxy` with exactly the verbs the shim's methods map to. A NetworkPolicy
-//! closes the worker's step pods to everything but the controller and the worker's own step pods
-//! (pulls go pod to pod), on the shim's port only. Once per cluster: the node-local forwarder's
-//! DaemonSet ([`forwarder`]).
+//! list/create/patch/delete, for the image-pull Secrets of images from step pods,
+//! persistentvolumeclaims get/create/delete, for the claim the worker's volume holder keeps its
+//! volumes on so that they outlive the holder pod, and networkpolicies list/create/patch/delete,
+//! for hermetic step pods) and nothing of `pods/exec`, `pods/attach` or `pods/portforward`, the
+//! RoleBinding, and optionally the ConfigMap carrying the shim binary. A worker that reaches shims
+//! through the apiserver (`--via proxy` or `auto`) also gets `pods/proxy` with exactly the verbs
+//! the shim's methods map to. A NetworkPolicy closes the worker's step pods to everything but the
+//! controller and the worker's own step pods (pulls go pod to pod), on the shim's port only. Once
+//! per cluster: the node-local forwarder's DaemonSet ([`forwarder`]).
 
 pub mod forwarder;
 
@@ -46,6 +47,10 @@ pub const PROXY_VERBS: &[&str] = &["get", "create", "update", "delete"];
 /// The verbs on secrets that images from step pods need (`stepctl run --image-from`): create
 /// an image-pull Secret, make the pod its owner, and let gc list and delete those left behind.
 pub const SECRET_VERBS: &[&str] = &["list", "create", "patch", "delete"];
+/// The verbs on persistentvolumeclaims that the worker's volume holder needs: read its claim,
+/// create it if missing, and delete it with the worker, the claim being what lets kept volumes
+/// outlive the holder pod.
+pub const CLAIM_VERBS: &[&str] = &["get", "create", "delete"];
 /// The verbs on networkpolicies (networking.k8s.io) that hermetic step pods need (`stepctl run
 /// --hermetic`): create the pod's policy, make the pod its owner, and let gc list and delete
 /// those left behind.
@@ -76,6 +81,12 @@ pub fn rules(proxy: bool) -> Vec<PolicyRule> {
             api_groups: Some(vec![String::new()]),
             resources: Some(vec!["secrets".into()]),
             verbs: SECRET_VERBS.iter().map(|v| (*v).to_owned()).collect(),
+            ..Default::default()
+        },
+        PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["persistentvolumeclaims".into()]),
+            verbs: CLAIM_VERBS.iter().map(|v| (*v).to_owned()).collect(),
             ..Default::default()
         },
         PolicyRule {
@@ -330,6 +341,23 @@ mod tests {
             Some(&["networking.k8s.io".to_owned()][..])
         );
         assert_eq!(policies.verbs, ["list", "create", "patch", "delete"]);
+        let names: Vec<_> = plain
+            .iter()
+            .map(|r| r.resources.as_deref().unwrap_or_default()[0].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "pods",
+                "configmaps",
+                "secrets",
+                "persistentvolumeclaims",
+                "networkpolicies"
+            ]
+        );
+        let claims = &plain[3];
+        assert_eq!(claims.api_groups.as_deref(), Some(&[String::new()][..]));
+        assert_eq!(claims.verbs, ["get", "create", "delete"]);
         let cm = shim_configmap("stepshim", "steps", vec![0, 1, 2, 255]).unwrap();
         assert!(cm.contains("binaryData") && cm.contains("stepshim: AAEC/w=="));
     }

@@ -45,6 +45,12 @@
 // (PolicyVerbs). StepSpec.CertsConfigMap mounts a ConfigMap read-only at /etc/ssl/certs;
 // StepSpec.CPURequest is a CPU request without a limit (a weight, as Garden's CPU shares).
 //
+// StepSpec.Claims mounts PersistentVolumeClaims of the namespace read-write into the main container
+// (volumes claim-0, claim-1, ...), so what a pod keeps there outlives it. Worker.EnsureClaim creates
+// such a claim (ReadWriteOnce, a storage class or the cluster's default, a size, labelled with the
+// worker) unless it exists, and Worker.DeleteClaim deletes it. The Role needs
+// persistentvolumeclaims get, create and delete (ClaimVerbs).
+//
 // The Worker never uses pods/exec, pods/attach or pods/portforward: pods are created and deleted
 // through the API and everything else goes over HTTP (or HTTPS) to the shim in the pod.
 //
@@ -63,11 +69,13 @@
 //   - image_worker.go: ResolveImage (grant and digest on a shim), Worker.PrepareImage, Create with
 //     ImageFrom (Secret, pod, owner) and GCImageSecrets.
 //   - hermetic.go: HermeticPolicy, Create's policy before a hermetic pod, and GCHermeticPolicies.
+//   - claim.go: ClaimMount and the pod's claim volumes, Worker.EnsureClaim and DeleteClaim.
 //
 // Tests: golden_test.go checks the files in protocol/testdata, shared with the Rust controller's
 // controller/tests/golden.rs (pod, token, readiness verdicts); unit_test.go the pure rules;
 // tls_test.go TLS pods, pins and proxy paths against stand-in shims and apiserver;
-// hermetic_test.go the step spec's options and the order of Create's API calls; cluster_test.go
-// (build tag cluster) runs against a real cluster from tests/cluster/tests.d/30-go-kit, and
-// spec_cluster_test.go from 80-step-spec.
+// hermetic_test.go the step spec's options and the order of Create's API calls; claim_test.go the
+// claim mounts, their refusals and the claims' shape; cluster_test.go (build tag cluster) runs
+// against a real cluster from tests/cluster/tests.d/30-go-kit, and spec_cluster_test.go from
+// 80-step-spec.
 package k8s

@@ -133,6 +133,10 @@ type StepSpec struct {
 	// container, as volumes image-0, image-1, ... (Worker.Create grants and resolves them, with one
 	// image-pull Secret for the pod, see image.go).
 	ImageVolumes []ImageVolume
+	// Claims are PersistentVolumeClaims of the pod's namespace mounted read-write into the main
+	// container, as volumes claim-0, claim-1, ... (claim.go): what the step writes there outlives
+	// the pod.
+	Claims []ClaimMount
 	// Delivery says how the shim reaches the pod.
 	Delivery Delivery
 }
@@ -162,7 +166,8 @@ func isAlnum(c byte) bool {
 
 // Validate reports what StepPod refuses or the apiserver would refuse outright: no name,
 // no image, no delivery, a CPU or memory quantity that does not parse, CPU with CPURequest, a
-// hermetic pod whose name is not a label value, or two mounts at one path.
+// hermetic pod whose name is not a label value, a claim whose name is not a DNS subdomain, or a
+// mount path that is not absolute, is "/", or is taken twice (or by the shim's own directory).
 func (s StepSpec) Validate() error {
 	switch {
 	case s.Name == "":
@@ -181,7 +186,7 @@ func (s StepSpec) Validate() error {
 		return fmt.Errorf("k8s: step spec %s: a hermetic pod's name must be a label value (at most 63 characters "+
 			"of [A-Za-z0-9._-]), its policy selects it by it", s.Name)
 	}
-	mounts := map[string]bool{}
+	mounts := map[string]bool{ShimDir: true}
 	if s.CertsConfigMap != "" {
 		mounts[CertsDir] = true
 	}
@@ -190,6 +195,9 @@ func (s StepSpec) Validate() error {
 			return fmt.Errorf("k8s: step spec %s: image volume at %q: want an absolute path, not /, once", s.Name, v.MountPath)
 		}
 		mounts[v.MountPath] = true
+	}
+	if err := validateClaims(s.Claims, mounts); err != nil {
+		return fmt.Errorf("k8s: step spec %s: %w", s.Name, err)
 	}
 	for what, q := range map[string]string{"cpu": s.CPU, "cpu request": s.CPURequest, "memory": s.Memory} {
 		if _, err := resource.ParseQuantity(q); q != "" && err != nil {
@@ -291,7 +299,8 @@ func mainContainer(spec StepSpec, auth PodAuth) corev1.Container {
 	}
 }
 
-// addVolumes mounts spec's image volumes and its certificates ConfigMap into the step container.
+// addVolumes mounts spec's image volumes, its certificates ConfigMap and its claims into the step
+// container, in that order.
 func addVolumes(pod *corev1.Pod, spec StepSpec) {
 	c := &pod.Spec.Containers[0]
 	for i, v := range spec.ImageVolumes {
@@ -307,6 +316,7 @@ func addVolumes(pod *corev1.Pod, spec StepSpec) {
 		}})
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: CertsVolume, MountPath: CertsDir, ReadOnly: true})
 	}
+	addClaims(pod, spec)
 }
 
 // delivery is the shim volume and, for init-container delivery, the container filling it.

@@ -2,7 +2,8 @@
 // label (list once, then watch; client-go relists with backoff after errors such as an apiserver
 // restart). Every wait, list and GC reads this cache and wakes on its changes; nothing lists pods per
 // tick or polls a pod. Pods are the only API objects it writes, the image-pull Secrets of
-// StepSpec.ImageFrom (image_worker.go) and the NetworkPolicies of hermetic pods (hermetic.go).
+// StepSpec.ImageFrom (image_worker.go), the NetworkPolicies of hermetic pods (hermetic.go) and the
+// PersistentVolumeClaims a caller asks for (claim.go).
 
 package k8s
 
