@@ -49,10 +49,22 @@ type VolumeConfig struct {
 	// HolderDir is the directory of the holder pod where volumes are kept; empty means
 	// DefaultHolderDir.
 	HolderDir string
+	// HolderClaim, with a Size, keeps the volumes on a PersistentVolumeClaim mounted at HolderDir,
+	// so that they outlive the holder pod: one made again mounts the same claim and finds them.
+	// Without one they live in the holder pod's own file system and go with it (reported missing).
+	HolderClaim HolderClaim
 	// P2PURLTTL is how long a URL of GetStreamInP2PURL stays valid; zero means DefaultP2PURLTTL.
 	P2PURLTTL time.Duration
 	// Logf, if set, is told what best-effort operations gave up on (a task cache not restored).
 	Logf func(format string, args ...any)
+}
+
+// HolderClaim is the holder's PersistentVolumeClaim: named as the holder pod, ReadWriteOnce, of
+// StorageClass (empty: the cluster's default) and Size (a quantity, "20Gi"), created if missing
+// (k8s.Worker.EnsureClaim; the worker's Role needs persistentvolumeclaims get and create) and left
+// when the holder goes. Delete it with the worker (k8s.Worker.DeleteClaim).
+type HolderClaim struct {
+	StorageClass, Size string
 }
 
 // Where the holder keeps volumes.
@@ -149,6 +161,19 @@ func (s *volumeStore) ensureHolder(ctx context.Context) error {
 	}
 	spec := s.cfg.Holder
 	spec.Name, spec.Step = s.holder, HolderStep
+	if claim := s.cfg.HolderClaim; claim.Size != "" {
+		kit, ok := s.pods.(interface {
+			EnsureClaim(ctx context.Context, name, storageClass, size string) error
+		})
+		if !ok {
+			return errors.New("atcruntime: VolumeConfig.HolderClaim needs a worker that makes claims")
+		}
+		if err := kit.EnsureClaim(ctx, s.holder, claim.StorageClass, claim.Size); err != nil {
+			return fmt.Errorf("atcruntime: the holder's claim: %w", err)
+		}
+		dir := strings.TrimSuffix(s.meta, "/meta")
+		spec.Claims = append(append([]k8s.ClaimMount(nil), spec.Claims...), k8s.ClaimMount{Claim: s.holder, MountPath: dir})
+	}
 	if _, err := s.pods.Create(ctx, spec); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("atcruntime: creating the holder pod %s: %w", s.holder, err)
 	}
@@ -218,8 +243,15 @@ func (s *volumeStore) holderVolume(name string, m holderMeta) *HolderVolume {
 	return &HolderVolume{PodVolume: pv, name: name, meta: m}
 }
 
-// holderShim is a client of a ready holder, or found false when there is none (nothing is created).
+// holderShim is a client of a ready holder, or found false when there is none (nothing is created
+// but the holder of a claim).
 func (s *volumeStore) holderShim(ctx context.Context) (*shim.Client, bool, error) {
+	if s.cfg.HolderClaim.Size != "" {
+		// The volumes are on the claim whether or not a holder pod runs: make one to reach them.
+		if err := s.ensureHolder(ctx); err != nil {
+			return nil, false, err
+		}
+	}
 	// Not the pod's Ready condition: the kit takes a pod as ready once its shim answers, up to a
 	// second before the kubelet says so (k8s.Worker.WaitReady), and a holder just made by
 	// ensureHolder is used at once. A holder that does not serve yet fails Connect: no holder.

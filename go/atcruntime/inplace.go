@@ -89,7 +89,7 @@ func sortedKeys(m map[string]bool) []string {
 // VolumeHandles is the handles of the volumes the worker keeps apart from its containers (task and
 // resource caches, artifact volumes), for ATC to mark the others of its database missing, as a
 // Garden worker reports its volumes. A holder pod that is gone keeps nothing: an empty list, its
-// volumes missing. A holder that exists but does not answer is an error, never an empty list.
+// volumes missing (with VolumeConfig.HolderClaim, it is made again and its volumes listed). A holder that exists but does not answer is an error, never an empty list.
 // A resource cache kept in place whose pod is gone is not listed. Step pods' own directories go
 // with their containers.
 func (w *Worker) VolumeHandles(ctx context.Context) ([]string, error) {
@@ -97,6 +97,11 @@ func (w *Worker) VolumeHandles(ctx context.Context) ([]string, error) {
 }
 
 func (s *volumeStore) handles(ctx context.Context) ([]string, error) {
+	if s.cfg.HolderClaim.Size != "" {
+		if err := s.ensureHolder(ctx); err != nil {
+			return nil, err
+		}
+	}
 	p := s.pods.Get(s.holder)
 	if p == nil || p.DeletionTimestamp != nil || k8s.ProgressOf(p).Stage == k8s.Failed {
 		return nil, nil

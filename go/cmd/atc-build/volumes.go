@@ -52,6 +52,7 @@ func (a *atcWay) volumeChecks() []fault {
 		{"one get feeding " + strconv.Itoa(fanOut) + " tasks at once", a.fanOutTasks},
 		{"a second worker: P2P input, the image copy kept by GC", a.secondWorker},
 		{"the holder deleted: volumes missing, the task cold", a.holderLost},
+		{"a holder on a claim deleted: its task cache kept", a.claimedHolder},
 	}
 }
 
@@ -123,7 +124,7 @@ func (a *atcWay) countSpec(src atcruntime.Artifact, image atcruntime.Artifact) a
 // holder, kept by B's volume GC while the task's pod lives, collected after).
 func (a *atcWay) secondWorker(ctx context.Context) error {
 	toB := &wireCount{}
-	b, kitB, closeB, err := a.peerWorker(ctx, toB)
+	b, kitB, closeB, err := a.peerWorker(ctx, toB, "b", atcruntime.HolderClaim{})
 	if err != nil {
 		return err
 	}
@@ -177,9 +178,10 @@ func (a *atcWay) imageCopyKept(ctx context.Context, b *atcruntime.Worker, kitB *
 	return nil
 }
 
-// peerWorker is worker B beside A in A's Cluster: another name and key, its own holder, its shim
-// connections counted by wire. The returned func deletes B's pods and stops its informer.
-func (a *atcWay) peerWorker(ctx context.Context, wire *wireCount) (*atcruntime.Worker, *k8s.Worker, func(), error) {
+// peerWorker is another worker beside A in A's Cluster: A's name and holder's with suffix, another
+// key, its holder on claim if set, its shim connections counted by wire. The returned func deletes
+// its pods and its holder's claim and stops its informer.
+func (a *atcWay) peerWorker(ctx context.Context, wire *wireCount, suffix string, claim atcruntime.HolderClaim) (*atcruntime.Worker, *k8s.Worker, func(), error) {
 	raw := make([]byte, 32)
 	_, _ = rand.Read(raw)
 	key, err := k8s.NewKey(raw)
@@ -187,14 +189,14 @@ func (a *atcWay) peerWorker(ctx context.Context, wire *wireCount) (*atcruntime.W
 		return nil, nil, nil, err
 	}
 	kitCfg := a.kitConfig
-	kitCfg.Worker, kitCfg.Key, kitCfg.DialShim = a.kitConfig.Worker+"-b", key, wire.Dial
+	kitCfg.Worker, kitCfg.Key, kitCfg.DialShim = a.kitConfig.Worker+"-"+suffix, key, wire.Dial
 	kit, err := k8s.NewWorker(ctx, a.cs, kitCfg)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	cfg := a.config
 	cfg.Kit = kit
-	cfg.Volumes.HolderName = a.prefix + "volumes-b"
+	cfg.Volumes.HolderName, cfg.Volumes.HolderClaim = a.prefix+"volumes-"+suffix, claim
 	w, err := atcruntime.NewWorker(cfg)
 	if err != nil {
 		kit.Close()
@@ -205,6 +207,10 @@ func (a *atcWay) peerWorker(ctx context.Context, wire *wireCount) (*atcruntime.W
 		defer cancel()
 		for _, p := range kit.List() {
 			_ = kit.Delete(cctx, p.Name)
+		}
+		if claim.Size != "" {
+			_ = kit.WaitGone(cctx, w.HolderPod())
+			_ = kit.DeleteClaim(cctx, w.HolderPod())
 		}
 		kit.Close()
 	}, nil
@@ -235,6 +241,48 @@ func (a *atcWay) holderLost(ctx context.Context) error {
 	out, err := runScript(ctx, c, `cd "$1"; if [ -f cache/stamp ]; then echo "cache: hit"; else echo "cache: miss"; fi`, taskDir)
 	if err != nil || strings.TrimSpace(out) != "cache: miss" {
 		return fmt.Errorf("the task after the holder's loss printed %q, %v; want an empty cache", out, err)
+	}
+	return nil
+}
+
+// claimedHolder: a worker whose holder keeps its volumes on a PersistentVolumeClaim (the cluster's
+// default storage class): a task cache kept, the holder pod deleted, the next task finds the cache
+// where a holder in its own file system restores an empty one (holderLost).
+func (a *atcWay) claimedHolder(ctx context.Context) error {
+	w, kit, closeW, err := a.peerWorker(ctx, &wireCount{}, "c", atcruntime.HolderClaim{Size: "64Mi"})
+	if err != nil {
+		return err
+	}
+	defer closeW()
+	spec := atcruntime.ContainerSpec{Type: "task", StepName: "claimed", Dir: taskDir, TeamID: teamID, JobID: jobID,
+		ImageSpec: atcruntime.ImageSpec{ImageURL: a.stepImage}, Caches: []string{"cache"}}
+	c, mounts, err := w.FindOrCreateContainer(ctx, a.prefix+"claim-1", spec, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := runScript(ctx, c, `cd "$1"; echo kept > cache/stamp`, taskDir); err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		if m.MountPath == taskDir+"/cache" {
+			if err := m.Volume.(*atcruntime.PodVolume).InitializeTaskCache(ctx, jobID, "claimed", "cache", 0); err != nil {
+				return err
+			}
+		}
+	}
+	if err := kit.Delete(ctx, w.HolderPod()); err != nil {
+		return err
+	}
+	if err := kit.WaitGone(ctx, w.HolderPod()); err != nil {
+		return err
+	}
+	c2, _, err := w.FindOrCreateContainer(ctx, a.prefix+"claim-2", spec, nil)
+	if err != nil {
+		return err
+	}
+	out, err := runScript(ctx, c2, `cd "$1"; cat cache/stamp 2>/dev/null || echo "no cache"`, taskDir)
+	if err != nil || strings.TrimSpace(out) != "kept" {
+		return fmt.Errorf("after the holder on a claim was deleted, the task printed %q, %v; want its cache", out, err)
 	}
 	return nil
 }
