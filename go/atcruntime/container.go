@@ -42,6 +42,11 @@ type Container struct {
 	cfg    *Config
 	// user and dir are the defaults of ProcessSpec.User and ProcessSpec.Dir.
 	user, dir string
+	// node is the pod's node; contact when its shim last answered (nil: not judged); deleteNow
+	// deletes the pod without grace (lost.go).
+	node      string
+	contact   *shim.Contact
+	deleteNow func(context.Context) error
 }
 
 // podWatch is what a Container knows of its pod's life (worker.go reads it from the worker's

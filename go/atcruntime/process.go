@@ -31,8 +31,11 @@ type PodProcess struct {
 	stopStreams context.CancelFunc
 	// done is closed when the output stream has ended: exit (and err) are then set.
 	done chan struct{}
-	exit *shim.Exit
-	err  error
+	// lost is set, and lostCh closed, when the pod's shim stopped answering (lost.go).
+	lost   atomic.Pointer[PodGoneError]
+	lostCh chan struct{}
+	exit   *shim.Exit
+	err    error
 
 	waitOnce sync.Once
 	result   ProcessResult
@@ -48,7 +51,7 @@ func (c *Container) startProcess(sp *shim.ProcessStatus, offset, skipStderr int6
 	streams, stop := context.WithCancel(context.Background())
 	p := &PodProcess{
 		id: sp.ID, c: c, generated: generated, stopStreams: stop,
-		done: make(chan struct{}),
+		done: make(chan struct{}), lostCh: make(chan struct{}),
 	}
 	p.offset.Store(offset)
 	if pio.Stdin != nil && !sp.StdinClosed && !sp.Exited() {
@@ -85,10 +88,20 @@ func (c *Container) startProcess(sp *shim.ProcessStatus, offset, skipStderr int6
 			rec.flush()
 		}
 	}()
-	// A pod that ends ends the streams too, so that they do not retry a gone shim until a Wait.
+	// A pod that ends, or whose shim stops answering (lost.go), ends the streams too, so that they
+	// do not retry a gone shim until a Wait.
 	go func() {
+		live := &liveness{c: c}
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
 		for {
 			changed, gone := c.pod.watch()
+			if gone == nil {
+				if gone = live.check(); gone != nil {
+					p.lost.Store(gone)
+					close(p.lostCh)
+				}
+			}
 			if gone != nil {
 				stop()
 				return
@@ -97,6 +110,7 @@ func (c *Container) startProcess(sp *shim.ProcessStatus, offset, skipStderr int6
 			case <-p.done:
 				return
 			case <-changed:
+			case <-tick.C:
 			}
 		}
 	}()
@@ -135,6 +149,11 @@ func (p *PodProcess) Wait(ctx context.Context) (ProcessResult, error) {
 // wait is the first Wait.
 func (p *PodProcess) wait(ctx context.Context) (ProcessResult, error) {
 	if err := p.waitStream(ctx); err != nil {
+		if lost := p.lost.Load(); lost != nil && err == error(lost) {
+			p.stopStreams()
+			p.c.lostPod()
+			return ProcessResult{}, lost
+		}
 		if ctx.Err() != nil && !errors.As(err, new(*PodGoneError)) {
 			return ProcessResult{}, p.stop(ctx.Err())
 		}
@@ -143,6 +162,10 @@ func (p *PodProcess) wait(ctx context.Context) (ProcessResult, error) {
 	}
 	p.stopStreams()
 	if p.err != nil {
+		if lost := p.lost.Load(); lost != nil {
+			p.c.lostPod()
+			return ProcessResult{}, lost
+		}
 		if gone := p.c.pod.gone(); gone != nil {
 			return ProcessResult{}, gone
 		}
@@ -177,6 +200,13 @@ func (p *PodProcess) waitStream(ctx context.Context) error {
 		select {
 		case <-p.done:
 			return nil
+		case <-p.lostCh:
+			select {
+			case <-p.done:
+				return nil
+			default:
+				return p.lost.Load()
+			}
 		case <-changed:
 		case <-ctx.Done():
 			select {

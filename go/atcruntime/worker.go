@@ -66,6 +66,11 @@ type Config struct {
 	// ParallelInputs is how many inputs of one container are copied at once; zero means 4 (a
 	// step pod's shim runs up to STEPSHIM_MAX_PULLS, 8, pulls at once).
 	ParallelInputs int
+	// NodeLostAfter is how long the shim of a process being waited for may answer nothing (not
+	// even the output stream's keepalive, every 10 s) before the node counts as lost: Wait fails
+	// with a *PodGoneError of reason ReasonNodeLost naming the node, and the pod is deleted at once
+	// (lost.go). Zero means 20 s.
+	NodeLostAfter time.Duration
 	// DeliveredInterval is the least time between two records of how far a named process's output
 	// has been written (one property request each); what a web node that dies without a word wrote
 	// in the last interval is written again by the next Attach. Zero means 100 ms.
@@ -382,7 +387,8 @@ func (w *Worker) container(ctx context.Context, handle string) (*Container, erro
 	if err != nil {
 		return nil, err
 	}
-	return &Container{handle: handle, client: client, pod: watch, cfg: w.cfg}, nil
+	return &Container{handle: handle, client: client, pod: watch, cfg: w.cfg, node: pod.Spec.NodeName,
+		contact: w.kit.Contact(handle), deleteNow: func(ctx context.Context) error { return w.kit.DeleteNow(ctx, handle) }}, nil
 }
 
 // podState is a pod's life as the worker's informer sees it.

@@ -113,6 +113,9 @@ func (w *Worker) ShimAt(name, ip string, tls bool) (*shim.Client, error) {
 		}
 		tr.DialContext = w.dialShim
 	}
+	if err == nil {
+		w.trackContact(name, c)
+	}
 	return c, err
 }
 

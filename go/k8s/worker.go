@@ -81,6 +81,9 @@ type Worker struct {
 	watchErr error
 	// checked holds the UIDs of pods whose shim passed shim.CheckProtocol: asked once per pod.
 	checked sync.Map
+	// contacts holds, by pod UID, when the pod's shim last answered a client of this Worker
+	// (contact.go).
+	contacts sync.Map
 }
 
 // Clientset builds a Kubernetes client from a kubeconfig file; an empty path loads the usual way
@@ -125,7 +128,7 @@ func NewWorker(ctx context.Context, cs kubernetes.Interface, cfg Config) (*Worke
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { w.notify() },
 		UpdateFunc: func(any, any) { w.notify() },
-		DeleteFunc: func(any) { w.notify() },
+		DeleteFunc: func(obj any) { w.forgetContact(obj); w.notify() },
 	}); err != nil {
 		return nil, fmt.Errorf("k8s: pod informer: %w", err)
 	}
@@ -324,5 +327,20 @@ func (w *Worker) ShimViaProxy(name string) (*shim.Client, error) {
 	u := rc.Get().AbsPath("/api/v1/namespaces", w.namespace, "pods", target, "proxy").URL()
 	// A client of its own, on the same transport: the clientset's http.Client may carry a Timeout,
 	// which would cut output streams and long waits.
-	return shim.NewViaProxy(u.String(), rc.Client.Transport, w.Token(name))
+	c, err := shim.NewViaProxy(u.String(), rc.Client.Transport, w.Token(name))
+	if err == nil {
+		w.trackContact(name, c)
+	}
+	return c, err
+}
+
+// DeleteNow deletes pod name without a grace period: for a pod on a node that is lost, whose kubelet
+// cannot end it gracefully (it kills what is left when it comes back). Gone already is no error.
+func (w *Worker) DeleteNow(ctx context.Context, name string) error {
+	zero := int64(0)
+	err := w.cs.CoreV1().Pods(w.namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }

@@ -212,3 +212,7 @@ func (b *Buffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// Signal sends sig to the shim process (SIGSTOP and SIGCONT make a shim that answers nothing, as
+// one on a lost node).
+func (p *Proc) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
