@@ -336,6 +336,27 @@ impl Runtime {
         }
     }
 
+    /// Deletes pod `name` without a grace period: a pod on a lost node, whose kubelet cannot end it
+    /// (it kills what is left when it comes back). A pod already gone is not an error.
+    pub async fn delete_now(&self, name: &str) -> Result<(), RuntimeError> {
+        let now = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        match self.pods.delete(name, &now).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The node pod `name` is bound to, from the cache.
+    pub fn node_of(&self, name: &str) -> Option<String> {
+        self.watch
+            .get(name)
+            .and_then(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+    }
+
     /// Every pod of this worker, from the cache.
     pub fn pods(&self) -> Vec<Arc<Pod>> {
         self.watch.list()

@@ -218,6 +218,11 @@ pub struct RunArgs {
     /// Seconds to wait for the pod to be ready.
     #[arg(long, default_value_t = 300)]
     pub ready_timeout: u64,
+    /// Seconds the pod's shim may answer nothing (probed every 5 s) while the command runs before
+    /// its node counts as lost: stepctl then deletes the pod without grace and exits 1 naming the
+    /// node (0: wait for ever).
+    #[arg(long, default_value_t = 20, value_name = "SECONDS")]
+    pub node_lost_after: u64,
     /// An input NAME=POD:/PATH: PATH's contents pulled from POD into DIR/NAME (DIR: --dir, default
     /// /tmp/build) before the command starts; all inputs in parallel. Repeatable.
     #[arg(long = "input", value_name = "NAME=POD:/PATH")]
@@ -269,6 +274,10 @@ pub struct AttachArgs {
     /// Log offset to start from (a frame boundary; 0 replays everything).
     #[arg(long, default_value_t = 0)]
     pub offset: u64,
+    /// Seconds the pod's shim may answer nothing (probed every 5 s) before its node counts as
+    /// lost: stepctl then exits 1 naming the node (0: wait for ever).
+    #[arg(long, default_value_t = 20, value_name = "SECONDS")]
+    pub node_lost_after: u64,
 }
 
 /// `ps`

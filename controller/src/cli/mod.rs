@@ -5,6 +5,7 @@ pub mod args;
 pub mod cp;
 pub mod inputs;
 pub mod local;
+pub mod lost;
 pub mod run;
 pub mod term;
 

@@ -13,7 +13,7 @@ use controller::runtime::Runtime;
 use protocol::SpawnRequest;
 
 use super::args::{AttachArgs, DeliveryArg, HijackArgs, RunArgs};
-use super::{Target, inputs, random_suffix, term};
+use super::{Target, inputs, lost, random_suffix, term};
 
 /// How long a process gets between TERM and KILL after Ctrl-C.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
@@ -47,7 +47,7 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<i32> {
         Target::Local(local) => {
             pod_options(&args)?;
             prepare(local.client.clone()).await?;
-            run_process(&local.client, &args.id, &spec).await
+            run_process(&local.client, &args.id, &spec, None).await
         }
         Target::Cluster(rt) => run_in_pod(rt, &args, &spec, prepare).await,
     }
@@ -211,9 +211,23 @@ where
             .await?;
         let shim = rt.shim_via(&name, &ip).await?;
         prepare(shim.clone()).await?;
-        run_process(&shim, &args.id, spec).await
+        let watch = node_watch(rt, &name, args.node_lost_after);
+        run_process(&shim, &args.id, spec, Some(watch)).await
     }
     .await;
+    if let Some(lost) = result
+        .as_ref()
+        .err()
+        .and_then(|e| e.downcast_ref::<lost::NodeLost>())
+    {
+        // Nothing on a lost node ends gracefully: the pod goes now, its kubelet kills what is left.
+        eprintln!("stepctl: {lost}; deleting pod {name} without grace");
+        if let Err(e) = rt.delete_now(&name).await {
+            eprintln!("stepctl: could not delete pod {name}: {e}");
+        }
+        sources.revoke().await;
+        return result;
+    }
     // The images are pulled (or will never be): their grants are done with. One the source shim no
     // longer answers expires by its ttl.
     sources.revoke().await;
@@ -228,15 +242,36 @@ where
     result
 }
 
-/// Spawns `spec` as `id` and follows it; Ctrl-C TERMs it, then KILLs it after a grace period.
-pub async fn run_process(shim: &ShimClient, id: &str, spec: &SpawnRequest) -> Result<i32> {
+/// What `run` and `attach` watch for a lost node: pod `name`'s node, `secs` of silence.
+fn node_watch(rt: &Runtime, name: &str, secs: u64) -> lost::Watch {
+    lost::Watch {
+        pod: name.to_owned(),
+        node: rt.node_of(name).unwrap_or_else(|| "(unknown)".into()),
+        after: Duration::from_secs(secs),
+    }
+}
+
+/// Spawns `spec` as `id` and follows it; Ctrl-C TERMs it, then KILLs it after a grace period. With
+/// `watch`, a shim that stops answering ends it with [`lost::NodeLost`].
+pub async fn run_process(
+    shim: &ShimClient,
+    id: &str,
+    spec: &SpawnRequest,
+    watch: Option<lost::Watch>,
+) -> Result<i32> {
     shim.spawn(id, spec)
         .await
         .with_context(|| format!("starting {:?}", spec.path))?;
-    follow(shim, id, 0, spec.stdin, spec.tty.is_some()).await
+    follow(shim, id, 0, (spec.stdin, spec.tty.is_some()), watch).await
 }
 
-async fn follow(shim: &ShimClient, id: &str, offset: u64, stdin: bool, tty: bool) -> Result<i32> {
+async fn follow(
+    shim: &ShimClient,
+    id: &str,
+    offset: u64,
+    (stdin, tty): (bool, bool),
+    watch: Option<lost::Watch>,
+) -> Result<i32> {
     let _raw = if tty {
         Some(term::RawMode::enter()?)
     } else {
@@ -246,8 +281,16 @@ async fn follow(shim: &ShimClient, id: &str, offset: u64, stdin: bool, tty: bool
     let resizes = tty.then(|| tokio::spawn(term::follow_resizes(shim.clone(), id.to_owned())));
     let attach = term::stream(shim, id, offset);
     tokio::pin!(attach);
+    let lost = async {
+        match &watch {
+            Some(w) => w.lost(shim).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(lost);
     let attached = tokio::select! {
         r = &mut attach => r,
+        l = &mut lost => Err(anyhow::Error::new(l)),
         _ = tokio::signal::ctrl_c() => {
             eprintln!("stepctl: interrupted; sending TERM to {id}");
             let _ = shim.signal(id, "TERM").await;
@@ -276,7 +319,11 @@ async fn follow(shim: &ShimClient, id: &str, offset: u64, stdin: bool, tty: bool
 /// `stepctl attach POD ID`: the rest of a process's output, and its exit status.
 pub async fn attach(target: &Target, args: AttachArgs) -> Result<i32> {
     let shim = target.shim(Some(&args.pod)).await?;
-    follow(&shim, &args.id, args.offset, false, false).await
+    let watch = match target {
+        Target::Cluster(rt) => Some(node_watch(rt, &args.pod, args.node_lost_after)),
+        Target::Local(_) => None,
+    };
+    follow(&shim, &args.id, args.offset, (false, false), watch).await
 }
 
 /// `stepctl hijack POD`: an interactive terminal in a running pod.
@@ -301,7 +348,7 @@ pub async fn hijack(target: &Target, args: HijackArgs) -> Result<i32> {
         tty: Some(term::size().unwrap_or(protocol::TtySize { cols: 80, rows: 24 })),
         ..Default::default()
     };
-    let code = run_process(&shim, &id, &spec).await;
+    let code = run_process(&shim, &id, &spec, None).await;
     // The hijacked shell is done; forget it so it does not linger in the shim.
     let _ = shim.delete(&id, true).await;
     code
