@@ -119,6 +119,9 @@ func (s *volumeStore) restoreTaskCache(ctx context.Context, dst *PodVolume, key 
 			break
 		}
 		m, found, err := s.readMeta(ctx, c, name)
+		if s.holderLost(ctx, c, err) {
+			err = nil
+		}
 		if !found {
 			last = err
 			break
@@ -203,6 +206,9 @@ func (s *volumeStore) lookupName(ctx context.Context, name string) (Volume, bool
 		return nil, false, err
 	}
 	m, found, err := s.readMeta(ctx, c, name)
+	if s.holderLost(ctx, c, err) {
+		return nil, false, nil
+	}
 	if !found {
 		return nil, false, err
 	}
@@ -217,6 +223,9 @@ func (s *volumeStore) gc(ctx context.Context, desired []string) ([]string, error
 		return nil, err
 	}
 	all, err := s.listMeta(ctx, c)
+	if s.holderLost(ctx, c, err) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -86,6 +86,8 @@ type volumeStore struct {
 	signer     *p2pSigner
 	// cluster holds the other workers whose P2P URLs this one acts on; nil: none.
 	cluster *Cluster
+	// lostAfter is Config.NodeLostAfter: how long a holder may answer nothing before it is lost.
+	lostAfter time.Duration
 	// mu serializes this process's creations of the holder.
 	mu sync.Mutex
 }
@@ -94,6 +96,7 @@ type volumeStore struct {
 func newVolumeStore(kit *k8s.Worker, cfg Config) *volumeStore {
 	s := newStore(kit, cfg.Volumes)
 	s.join(cfg.Cluster)
+	s.lostAfter = cfg.nodeLostAfter()
 	return s
 }
 
@@ -118,7 +121,7 @@ func newStore(pods kitPods, cfg VolumeConfig) *volumeStore {
 		dir = DefaultHolderDir
 	}
 	return &volumeStore{pods: pods, worker: pods.Name(), cfg: cfg, holder: holder, meta: dir + "/meta", data: dir + "/data",
-		signer: newSigner(pods, cfg.P2PURLTTL)}
+		signer: newSigner(pods, cfg.P2PURLTTL), lostAfter: (&Config{}).nodeLostAfter()}
 }
 
 // dnsLabel is s lowercased with characters outside [a-z0-9-] as '-', trimmed to 63 characters and
@@ -263,8 +266,16 @@ func (s *volumeStore) holderShim(ctx context.Context) (*shim.Client, bool, error
 	return c, err == nil, err
 }
 
+// metaCtx bounds a request for meta files, small answers: a holder on a lost node answers none
+// (holderlost.go), and a kept connection to it would otherwise wait for TCP to give up.
+func (s *volumeStore) metaCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, min(10*time.Second, s.lostAfter/2))
+}
+
 // readMeta is volume name's meta, found false when the holder or the volume is missing or expired.
 func (s *volumeStore) readMeta(ctx context.Context, c *shim.Client, name string) (holderMeta, bool, error) {
+	ctx, cancel := s.metaCtx(ctx)
+	defer cancel()
 	var buf bytes.Buffer
 	if err := c.GetFiles(ctx, s.meta+"/"+name, &buf); err != nil {
 		if shim.IsNotFound(err) {
@@ -314,6 +325,8 @@ func (s *volumeStore) writeMeta(ctx context.Context, c *shim.Client, name string
 
 // listMeta is the names of the holder's volumes with their meta (expired ones included).
 func (s *volumeStore) listMeta(ctx context.Context, c *shim.Client) (map[string]holderMeta, error) {
+	ctx, cancel := s.metaCtx(ctx)
+	defer cancel()
 	rc, err := c.OpenFiles(ctx, s.meta+"/")
 	if err != nil {
 		if shim.IsNotFound(err) {

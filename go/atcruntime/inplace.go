@@ -89,7 +89,8 @@ func sortedKeys(m map[string]bool) []string {
 // VolumeHandles is the handles of the volumes the worker keeps apart from its containers (task and
 // resource caches, artifact volumes), for ATC to mark the others of its database missing, as a
 // Garden worker reports its volumes. A holder pod that is gone keeps nothing: an empty list, its
-// volumes missing (with VolumeConfig.HolderClaim, it is made again and its volumes listed). A holder that exists but does not answer is an error, never an empty list.
+// volumes missing (with VolumeConfig.HolderClaim, it is made again and its volumes listed). A holder
+// lost with its node (holderlost.go) is deleted and lists nothing. A holder that exists but does not answer is an error, never an empty list.
 // A resource cache kept in place whose pod is gone is not listed. Step pods' own directories go
 // with their containers.
 func (w *Worker) VolumeHandles(ctx context.Context) ([]string, error) {
@@ -111,6 +112,9 @@ func (s *volumeStore) handles(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	all, err := s.listMeta(ctx, c)
+	if s.holderLost(ctx, c, err) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -6,10 +6,14 @@
 package atcruntime
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -106,4 +110,52 @@ func TestContainerGCHoldsPodsWhoseVolumesCannotMove(t *testing.T) {
 func sortedOf(h ...string) []string {
 	slices.Sort(h)
 	return h
+}
+
+// TestHolderLostWithItsNode: a holder that answers nothing (its shim stopped, as on a lost node)
+// is lost after lostAfter of probes: deleted, its volumes missing (not found, none reported, a
+// task cache restored empty), never an error; a holder that is merely slow once is not lost.
+func TestHolderLostWithItsNode(t *testing.T) {
+	lp := newLocalPods(t, "w1")
+	s, _ := testStore(t, lp)
+	s.lostAfter = 2 * time.Second
+	w := &Worker{vols: s}
+	ctx := testCtx(t)
+	lp.startPod("get-a")
+	dir := t.TempDir()
+	writeTree(t, dir, sampleTree())
+	if err := s.podVolume("get-a", dir).InitializeTaskCache(ctx, 1, "t", "c", 0); err != nil {
+		t.Fatal(err)
+	}
+	if handles, err := w.VolumeHandles(ctx); err != nil || len(handles) != 1 {
+		t.Fatalf("before: %v, %v", handles, err)
+	}
+	// A request that timed out once, the holder answering its probe: not lost.
+	c, _, _ := s.holderShim(ctx)
+	if s.holderLost(ctx, c, fmt.Errorf("slow: %w", context.DeadlineExceeded)) || lp.get(s.holder) == nil {
+		t.Fatal("a holder that answers was taken for lost")
+	}
+	if err := lp.get(s.holder).Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, found, err := w.LookupVolume(ctx, w.TaskCacheHandle(1, "t", "c")); found || err != nil {
+		t.Fatalf("a volume of the lost holder: found %v, %v; want missing", found, err)
+	}
+	took := time.Since(start)
+	if lp.get(s.holder) != nil {
+		t.Fatal("the lost holder was not deleted")
+	}
+	if handles, err := w.VolumeHandles(ctx); err != nil || len(handles) != 0 {
+		t.Fatalf("after: %v, %v; want none", handles, err)
+	}
+	lp.startPod("task")
+	in := t.TempDir()
+	if err := s.restoreTaskCache(ctx, s.podVolume("task", in), TaskCacheKey{1, "t", "c"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(in); len(entries) != 0 {
+		t.Fatalf("the cache of a lost holder restored %v", entries)
+	}
+	t.Logf("the holder was taken for lost %v after the first request", took.Round(100*time.Millisecond))
 }

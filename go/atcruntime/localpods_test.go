@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -104,6 +105,16 @@ func (lp *localPods) Name() string            { return lp.name }
 func (lp *localPods) Namespace() string       { return lp.ns }
 func (lp *localPods) Token(pod string) string { return lp.key.Token(lp.ns, pod) }
 func (lp *localPods) Delete(_ context.Context, pod string) error {
+	lp.stop(pod)
+	return nil
+}
+
+// DeleteNow is Delete of a pod whose shim may be stopped (SIGSTOP, a lost node): it is continued
+// first, so that it can stop.
+func (lp *localPods) DeleteNow(_ context.Context, pod string) error {
+	if p := lp.get(pod); p != nil {
+		_ = p.Signal(syscall.SIGCONT)
+	}
 	lp.stop(pod)
 	return nil
 }
