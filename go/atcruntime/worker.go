@@ -43,6 +43,10 @@ type Config struct {
 	// act on (and which act on this one's): pod to pod between workers (cluster.go). Nil: P2P
 	// only within this worker; ATC then streams through the web node between workers.
 	Cluster *Cluster
+	// IgnoreLocality places containers where the scheduler alone decides; by default a container
+	// prefers the nodes its inputs, image and caches are on (locality.go; Template.PreferredNodes,
+	// if set, takes precedence).
+	IgnoreLocality bool
 	// ViaProxy reaches the shims through the apiserver (k8s.Worker.ConnectViaProxy) instead of at
 	// their pod IPs.
 	ViaProxy bool
@@ -199,6 +203,9 @@ func (w *Worker) create(ctx context.Context, handle string, spec ContainerSpec, 
 	s, err := stepSpec(w.cfg, handle, spec, image, from)
 	if err != nil {
 		return err
+	}
+	if !w.cfg.IgnoreLocality && len(s.PreferredNodes) == 0 {
+		s.PreferredNodes = w.nearData(spec, from)
 	}
 	// A pod returned with an error is usable (an owner reference that could not be set; GC
 	// collects what it would have).

@@ -117,6 +117,10 @@ type StepSpec struct {
 	// NodeSelector and Tolerations place the pod.
 	NodeSelector map[string]string
 	Tolerations  []corev1.Toleration
+	// PreferredNodes are nodes the scheduler should prefer, first the most (where the step's
+	// inputs, caches or image already are): a preference, never a requirement, so the pod runs
+	// elsewhere rather than wait. Empty: none.
+	PreferredNodes []string
 	// ServiceAccount is the pod's service account, if the step needs one.
 	ServiceAccount string
 	// AutomountServiceAccountToken mounts the service account token (off by default: steps should not
@@ -246,7 +250,25 @@ func StepPod(spec StepSpec, worker string, auth PodAuth) (*corev1.Pod, error) {
 	if len(spec.Tolerations) > 0 {
 		pod.Spec.Tolerations = spec.Tolerations
 	}
+	if a := preferNodes(spec.PreferredNodes); a != nil {
+		pod.Spec.Affinity = a
+	}
 	return pod, nil
+}
+
+// preferNodes is a node affinity preferring nodes, the first with the most weight (100, then one
+// less for each next, at least 1); nil for none.
+func preferNodes(nodes []string) *corev1.Affinity {
+	if len(nodes) == 0 {
+		return nil
+	}
+	var terms []corev1.PreferredSchedulingTerm
+	for i, n := range nodes {
+		terms = append(terms, corev1.PreferredSchedulingTerm{Weight: int32(max(100-i, 1)),
+			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
+				{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{n}}}}})
+	}
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: terms}}
 }
 
 // podMeta is the step pod's name, its worker's label, and its build and step as labels and

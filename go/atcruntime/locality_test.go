@@ -1,0 +1,45 @@
+// Locality: the nodes a container prefers, most of what it reads first; nothing of another worker
+// or of an unknown pod counts.
+
+package atcruntime
+
+import (
+	"slices"
+	"testing"
+
+	"stepshim.dev/go/k8s"
+)
+
+func TestPreferredNodes(t *testing.T) {
+	s := newStore(newLocalPods(t, "w1"), VolumeConfig{})
+	other := newStore(newLocalPods(t, "w2"), VolumeConfig{})
+	nodes := map[string]string{"get-a": "n1", "get-b": "n2", "img": "n2", s.holder: "n3"}
+	nodeOf := func(pod string) string { return nodes[pod] }
+	spec := ContainerSpec{Inputs: []Input{
+		{Artifact: s.podVolume("get-a", "/a")}, {Artifact: s.podVolume("get-b", "/b")},
+		{Artifact: other.podVolume("get-a", "/c")}, {Artifact: s.podVolume("unknown", "/d")},
+	}, Caches: []string{"cache"}}
+	got := preferredNodes(s, spec, &k8s.ImageFrom{Pod: "img", Path: "/i"}, nodeOf)
+	if want := []string{"n2", "n1", "n3"}; !slices.Equal(got, want) {
+		t.Fatalf("preferred %v, want %v", got, want)
+	}
+	if got := preferredNodes(s, ContainerSpec{}, nil, nodeOf); len(got) != 0 {
+		t.Fatalf("a container reading nothing prefers %v", got)
+	}
+	step := k8s.StepSpec{Name: "p", Image: "i", Delivery: k8s.FromConfigMap("c")}
+	pod, err := k8s.StepPod(step, "w", k8s.PodAuth{TokenSHA256: "h"})
+	if err != nil || pod.Spec.Affinity != nil {
+		t.Fatalf("no preference: %v, %v", pod.Spec.Affinity, err)
+	}
+	step.PreferredNodes = []string{"n2", "n1"}
+	pod, err = k8s.StepPod(step, "w", k8s.PodAuth{TokenSHA256: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms := pod.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+	if len(terms) != 2 || terms[0].Weight != 100 || terms[1].Weight != 99 ||
+		terms[0].Preference.MatchExpressions[0].Values[0] != "n2" ||
+		pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		t.Fatalf("preferred nodes as %+v", pod.Spec.Affinity)
+	}
+}
