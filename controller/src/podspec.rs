@@ -7,8 +7,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, ImageVolumeSource, LocalObjectReference, Pod, PodSecurityContext,
-    PodSpec, Toleration, Volume,
+    Affinity, ConfigMapVolumeSource, ImageVolumeSource, LocalObjectReference, NodeAffinity,
+    NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSecurityContext, PodSpec,
+    PreferredSchedulingTerm, Toleration, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use protocol::settings;
@@ -84,6 +85,9 @@ pub struct StepSpec {
     pub node_selector: BTreeMap<String, String>,
     /// Tolerations.
     pub tolerations: Vec<Toleration>,
+    /// Nodes the scheduler should prefer, the first the most (where the step's inputs or image
+    /// already are): a preferred node affinity, never a requirement.
+    pub preferred_nodes: Vec<String>,
     /// Service account, if the step needs one.
     pub service_account: Option<String>,
     /// Mount the service account token (off by default: steps should not talk to the cluster).
@@ -128,6 +132,7 @@ impl StepSpec {
             privileged: false,
             node_selector: BTreeMap::new(),
             tolerations: Vec::new(),
+            preferred_nodes: Vec::new(),
             service_account: None,
             automount_service_account_token: false,
             image_pull_policy: None,
@@ -221,6 +226,7 @@ pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str, tls_seed: Op
             ),
             node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
             tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
+            affinity: prefer_nodes(&spec.preferred_nodes),
             security_context: Some(PodSecurityContext::default()),
             image_pull_secrets: (!spec.image_pull_secrets.is_empty()).then(|| {
                 spec.image_pull_secrets
@@ -232,6 +238,36 @@ pub fn build_pod(spec: &StepSpec, worker: &str, token_sha256: &str, tls_seed: Op
         }),
         status: None,
     }
+}
+
+/// A node affinity preferring `nodes`, the first with weight 100 and one less for each next (at
+/// least 1); `None` for none.
+fn prefer_nodes(nodes: &[String]) -> Option<Affinity> {
+    if nodes.is_empty() {
+        return None;
+    }
+    let terms = nodes
+        .iter()
+        .zip((1..=100).rev().chain(std::iter::repeat(1)))
+        .map(|(node, weight)| PreferredSchedulingTerm {
+            weight,
+            preference: NodeSelectorTerm {
+                match_expressions: Some(vec![NodeSelectorRequirement {
+                    key: "kubernetes.io/hostname".into(),
+                    operator: "In".into(),
+                    values: Some(vec![node.clone()]),
+                }]),
+                match_fields: None,
+            },
+        })
+        .collect();
+    Some(Affinity {
+        node_affinity: Some(NodeAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(terms),
+            required_during_scheduling_ignored_during_execution: None,
+        }),
+        ..Default::default()
+    })
 }
 
 /// Name, the worker's label, and the build and step as labels (cleaned) and annotations (as given).

@@ -109,6 +109,8 @@ struct SpecIn {
     node_selector: BTreeMap<String, String>,
     #[serde(default)]
     tolerations: Vec<Toleration>,
+    #[serde(default)]
+    preferred_nodes: Vec<String>,
     service_account: Option<String>,
     #[serde(default)]
     automount_service_account_token: bool,
@@ -150,6 +152,7 @@ impl SpecIn {
         s.privileged = self.privileged;
         s.node_selector = self.node_selector;
         s.tolerations = self.tolerations;
+        s.preferred_nodes = self.preferred_nodes;
         s.service_account = self.service_account;
         s.automount_service_account_token = self.automount_service_account_token;
         s.image_pull_policy = self.image_pull_policy;

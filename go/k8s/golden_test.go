@@ -150,6 +150,7 @@ type caseSpec struct {
 	Privileged                   bool                `json:"privileged"`
 	NodeSelector                 map[string]string   `json:"nodeSelector"`
 	Tolerations                  []corev1.Toleration `json:"tolerations"`
+	PreferredNodes               []string            `json:"preferredNodes"`
 	ServiceAccount               string              `json:"serviceAccount"`
 	AutomountServiceAccountToken bool                `json:"automountServiceAccountToken"`
 	ImagePullPolicy              corev1.PullPolicy   `json:"imagePullPolicy"`
@@ -164,7 +165,8 @@ func (c caseSpec) spec(t *testing.T, tls bool) StepSpec {
 	s := StepSpec{
 		Name: c.Name, Image: c.Image, Build: c.Build, Step: c.Step, Env: c.Env, CPU: c.CPU,
 		Memory: c.Memory, RunAsUser: c.RunAsUser, RunAsGroup: c.RunAsGroup, Privileged: c.Privileged,
-		NodeSelector: c.NodeSelector, Tolerations: c.Tolerations, ServiceAccount: c.ServiceAccount,
+		NodeSelector: c.NodeSelector, Tolerations: c.Tolerations, PreferredNodes: c.PreferredNodes,
+		ServiceAccount:               c.ServiceAccount,
 		AutomountServiceAccountToken: c.AutomountServiceAccountToken, ImagePullPolicy: c.ImagePullPolicy,
 		CPURequest: c.CPURequest, Hermetic: c.Hermetic, CertsConfigMap: c.CertsConfigMap,
 	}

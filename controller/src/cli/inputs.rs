@@ -41,6 +41,13 @@ pub fn parse(s: &str) -> Result<Input> {
     })
 }
 
+impl Input {
+    /// The pod the input is pulled from.
+    pub fn pod(&self) -> &str {
+        &self.pod
+    }
+}
+
 /// Pulls every input into `dir/NAME` of `step` at once and creates the output directories.
 pub async fn prepare(
     target: &Target,

@@ -168,6 +168,30 @@ fn step_spec(args: &RunArgs, name: &str, sources: &StepImages) -> Result<StepSpe
     Ok(step)
 }
 
+/// The nodes of the pods the step reads (its inputs, its image, its image volumes), most read first:
+/// where the scheduler should prefer to put it, so fewer bytes cross nodes.
+fn near_data(rt: &Runtime, args: &RunArgs) -> Result<Vec<String>> {
+    let mut pods: Vec<String> = Vec::new();
+    for i in &args.inputs {
+        pods.push(inputs::parse(i)?.pod().to_owned());
+    }
+    if let Some(from) = &args.image_from {
+        pods.push(from.parse::<ImageFrom>()?.pod);
+    }
+    for v in &args.image_volume {
+        pods.push(v.parse::<ImageVolume>()?.from.pod);
+    }
+    let mut count: Vec<(String, usize)> = Vec::new();
+    for node in pods.iter().filter_map(|p| rt.node_of(p)) {
+        match count.iter_mut().find(|(n, _)| *n == node) {
+            Some((_, c)) => *c += 1,
+            None => count.push((node, 1)),
+        }
+    }
+    count.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    Ok(count.into_iter().map(|(n, _)| n).collect())
+}
+
 /// Creates the step pod, waits for it, `prepare`s its shim (inputs, output directories), runs
 /// `spec` there, then deletes the pod unless it is to be kept.
 async fn run_in_pod<F>(
@@ -198,7 +222,8 @@ where
     for (s, mount) in &sources.volumes {
         eprintln!("stepctl: image {} from {} at {mount}", s.reference, s.from);
     }
-    let step = step_spec(args, &name, &sources)?;
+    let mut step = step_spec(args, &name, &sources)?;
+    step.preferred_nodes = near_data(rt, args)?;
     if let Err(e) = image_source::create_pod(rt, &step, &sources).await {
         sources.revoke().await;
         return Err(anyhow::Error::new(e).context(format!("creating pod {name}")));
