@@ -350,6 +350,33 @@ impl Runtime {
         }
     }
 
+    /// Waits (up to `timeout`) until pod `name` is being taken away by someone else: evicted (a
+    /// drain, the taint manager, preemption: its `DisruptionTarget` condition's reason and message)
+    /// or deleted; `None` if that does not happen in time.
+    pub async fn disrupted(&self, name: &str, timeout: Duration) -> Option<String> {
+        self.watch
+            .wait_for(name, timeout, |pod| {
+                let pod = pod?;
+                let cond = pod.status.as_ref()?.conditions.as_ref().and_then(|cs| {
+                    cs.iter()
+                        .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+                });
+                match cond {
+                    Some(c) => Some(format!(
+                        "{}: {}",
+                        c.reason.as_deref().unwrap_or("Disrupted"),
+                        c.message.as_deref().unwrap_or("")
+                    )),
+                    None => pod
+                        .metadata
+                        .deletion_timestamp
+                        .as_ref()
+                        .map(|_| "Deleted: the pod is being deleted".to_owned()),
+                }
+            })
+            .await
+    }
+
     /// The node pod `name` is bound to, from the cache.
     pub fn node_of(&self, name: &str) -> Option<String> {
         self.watch

@@ -237,7 +237,7 @@ where
         let shim = rt.shim_via(&name, &ip).await?;
         prepare(shim.clone()).await?;
         let watch = node_watch(rt, &name, args.node_lost_after);
-        run_process(&shim, &args.id, spec, Some(watch)).await
+        say_disruption(rt, &name, run_process(&shim, &args.id, spec, Some(watch))).await
     }
     .await;
     if let Some(lost) = result
@@ -344,11 +344,48 @@ async fn follow(
 /// `stepctl attach POD ID`: the rest of a process's output, and its exit status.
 pub async fn attach(target: &Target, args: AttachArgs) -> Result<i32> {
     let shim = target.shim(Some(&args.pod)).await?;
-    let watch = match target {
-        Target::Cluster(rt) => Some(node_watch(rt, &args.pod, args.node_lost_after)),
-        Target::Local(_) => None,
+    match target {
+        Target::Cluster(rt) => {
+            let watch = node_watch(rt, &args.pod, args.node_lost_after);
+            let follow = follow(&shim, &args.id, args.offset, (false, false), Some(watch));
+            say_disruption(rt, &args.pod, follow).await
+        }
+        Target::Local(_) => follow(&shim, &args.id, args.offset, (false, false), None).await,
+    }
+}
+
+/// Runs `follow`, saying once why if pod `name` is taken away meanwhile (evicted by a drain, the
+/// taint manager or preemption, or deleted): its process then ends within its grace period, and
+/// the follow with it.
+async fn say_disruption(
+    rt: &Runtime,
+    name: &str,
+    follow: impl Future<Output = Result<i32>>,
+) -> Result<i32> {
+    let notice = async {
+        if let Some(why) = rt
+            .disrupted(name, Duration::from_secs(10 * 365 * 86_400))
+            .await
+        {
+            let node = rt.node_of(name).unwrap_or_else(|| "(unknown)".into());
+            eprintln!("stepctl: pod {name} on node {node}: {why}");
+        }
+        std::future::pending::<()>().await
     };
-    follow(&shim, &args.id, args.offset, (false, false), watch).await
+    tokio::pin!(notice);
+    tokio::pin!(follow);
+    let result = tokio::select! {
+        r = &mut follow => r,
+        () = &mut notice => unreachable!("the notice never ends"),
+    };
+    // Killed by a signal: the pod's end may be why, and its notice a moment behind the exit.
+    if matches!(result, Ok(code) if code >= 128) {
+        tokio::select! {
+            () = &mut notice => {}
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+    result
 }
 
 /// `stepctl hijack POD`: an interactive terminal in a running pod.
