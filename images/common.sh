@@ -111,14 +111,22 @@ save() {
 # and later): the kubelet never removes it, not even when the disk fills and its eviction manager
 # deletes unused images to reclaim space, which took the step image away in the middle of a CI run
 # on a shared disk. An imported name cannot be pulled again.
+# The test cluster's further nodes (tests/cluster/nodes.sh) have containerds of their own, at
+# n<i>/containerd/containerd.sock beside the first node's containerd directory: an image imported
+# into the first node's goes into theirs too.
 import_image() {
-    local tar=$1 name=$2
+    local tar=$1 name=$2 sock socks=("$containerd_sock")
     [[ -S $containerd_sock ]] || die "containerd socket $containerd_sock not found (is tests/cluster/up running?)"
-    "$ctr" -a "$containerd_sock" -n k8s.io images import "$tar" >/dev/null \
-        || die "ctr images import $tar failed"
-    "$ctr" -a "$containerd_sock" -n k8s.io images label "$name" io.cri-containerd.pinned=pinned >/dev/null \
-        || die "ctr images label $name (pinning it) failed"
-    "$ctr" -a "$containerd_sock" -n k8s.io images ls -q | grep -qxF "$name" \
-        || die "image $name missing from containerd after import of $tar"
-    echo "$(basename "$0"): imported $name" >&2
+    for sock in "$(dirname "$(dirname "$containerd_sock")")"/n[0-9]*/containerd/containerd.sock; do
+        [[ -S $sock && $sock != "$containerd_sock" ]] && socks+=("$sock")
+    done
+    for sock in "${socks[@]}"; do
+        "$ctr" -a "$sock" -n k8s.io images import "$tar" >/dev/null \
+            || die "ctr images import $tar into $sock failed"
+        "$ctr" -a "$sock" -n k8s.io images label "$name" io.cri-containerd.pinned=pinned >/dev/null \
+            || die "ctr images label $name (pinning it) in $sock failed"
+        "$ctr" -a "$sock" -n k8s.io images ls -q | grep -qxF "$name" \
+            || die "image $name missing from $sock after import of $tar"
+    done
+    echo "$(basename "$0"): imported $name${socks[1]:+ on ${#socks[@]} nodes}" >&2
 }

@@ -356,7 +356,9 @@ impl Runtime {
     pub async fn disrupted(&self, name: &str, timeout: Duration) -> Option<String> {
         self.watch
             .wait_for(name, timeout, |pod| {
-                let pod = pod?;
+                // Gone already: its last state may still say why.
+                let departed = pod.is_none().then(|| self.watch.departed(name)).flatten();
+                let pod = pod.or(departed.as_deref())?;
                 let cond = pod.status.as_ref()?.conditions.as_ref().and_then(|cs| {
                     cs.iter()
                         .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")

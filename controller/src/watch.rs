@@ -30,6 +30,8 @@ pub enum WatchError {
 /// A live, label-filtered cache of pods.
 #[derive(Debug)]
 pub struct PodWatch {
+    /// The last states of the pods seen deleted.
+    departed: Departed,
     store: Store<Pod>,
     namespace: String,
     changes: watch::Receiver<u64>,
@@ -60,12 +62,17 @@ impl PodWatch {
             .default_backoff()
             .modify(|p: &mut Pod| p.metadata.managed_fields = None);
         let stream = reflector::reflector(writer, pods);
+        let departed = Departed::default();
+        let record = departed.clone();
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             let mut failing = false;
             while let Some(event) = stream.next().await {
                 match event {
-                    Ok(_) => {
+                    Ok(event) => {
+                        if let watcher::Event::Delete(pod) = event {
+                            record.add(pod);
+                        }
                         if failing {
                             debug!("pod watch recovered");
                             failing = false;
@@ -83,6 +90,7 @@ impl PodWatch {
         });
         match tokio::time::timeout(timeout, reader.wait_until_ready()).await {
             Ok(Ok(())) => Ok(PodWatch {
+                departed,
                 store: reader,
                 namespace: namespace.to_owned(),
                 changes: rx,
@@ -102,6 +110,16 @@ impl PodWatch {
     pub fn get(&self, name: &str) -> Option<Arc<Pod>> {
         self.store
             .get(&ObjectRef::new(name).within(&self.namespace))
+    }
+
+    /// The last state of pod `name` before it was deleted (the newest [`DEPARTED_KEEP`] deleted
+    /// pods are kept), while no pod of that name is cached: a waiter that wakes after the deletion
+    /// still learns why (an eviction's `DisruptionTarget` condition).
+    pub fn departed(&self, name: &str) -> Option<Arc<Pod>> {
+        if self.get(name).is_some() {
+            return None;
+        }
+        self.departed.get(name)
     }
 
     /// Every cached pod.
@@ -129,5 +147,32 @@ impl PodWatch {
                 Ok(Err(_)) | Err(_) => return check(self.get(name).as_deref()),
             }
         }
+    }
+}
+
+/// How many deleted pods' last states a watch keeps.
+pub const DEPARTED_KEEP: usize = 1024;
+
+/// The last states of deleted pods, newest [`DEPARTED_KEEP`].
+#[derive(Debug, Clone, Default)]
+struct Departed(Arc<std::sync::Mutex<std::collections::VecDeque<Arc<Pod>>>>);
+
+impl Departed {
+    fn add(&self, pod: Pod) {
+        let mut pods = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let name = pod.metadata.name.clone();
+        pods.retain(|p| p.metadata.name != name);
+        pods.push_back(Arc::new(pod));
+        while pods.len() > DEPARTED_KEEP {
+            pods.pop_front();
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<Arc<Pod>> {
+        let pods = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        pods.iter()
+            .rev()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .cloned()
     }
 }

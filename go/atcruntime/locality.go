@@ -1,56 +1,81 @@
 // Locality: a container prefers the nodes where what it reads already is, so that fewer bytes cross
 // nodes. Each input that is a directory of a pod of this worker (a step pod, or the holder for a
-// resource cache or an upload), the pod its image is pulled from, and the holder when the container
-// has task caches to restore, count for their pod's node; the nodes are preferred most counted
-// first (k8s.StepSpec.PreferredNodes, a preference the scheduler weighs with the rest, never a
-// requirement that could leave a container pending).
+// resource cache or an upload) and the pod its image is pulled from count for their pod's node by
+// their size (the source shim's stream length, one request each), the holder by 1 MiB per task
+// cache; the node read the most from is preferred with weight 100, the others with their share of
+// it (k8s.StepSpec.PreferredNodes and PreferredWeights: a preference the scheduler weighs with the
+// rest, never a requirement that could leave a container pending).
 
 package atcruntime
 
 import (
+	"context"
 	"sort"
 
 	"stepshim.dev/go/k8s"
 )
 
-// nearData is the nodes to prefer for spec, whose image comes from from (nil: a reference).
-func (w *Worker) nearData(spec ContainerSpec, from *k8s.ImageFrom) []string {
-	return preferredNodes(w.vols, spec, from, func(pod string) string {
+// nearData is the nodes to prefer for spec, whose image comes from from (nil: a reference), with
+// their weights.
+func (w *Worker) nearData(ctx context.Context, spec ContainerSpec, from *k8s.ImageFrom) ([]string, []int32) {
+	nodeOf := func(pod string) string {
 		if p := w.kit.Get(pod); p != nil {
 			return p.Spec.NodeName
 		}
 		return ""
+	}
+	return preferredNodes(w.vols, spec, from, nodeOf, func(pod, dir string) int64 {
+		c, err := w.kit.Connect(ctx, pod)
+		if err != nil {
+			return 0
+		}
+		n, _, err := c.FilesLength(ctx, contents(dir))
+		if err != nil {
+			return 0
+		}
+		return n
 	})
 }
 
-// preferredNodes is nearData with nodeOf naming a pod's node ("" when unknown).
-func preferredNodes(vols *volumeStore, spec ContainerSpec, from *k8s.ImageFrom, nodeOf func(pod string) string) []string {
-	count := map[string]int{}
-	add := func(pod string) {
-		if n := nodeOf(pod); n != "" {
-			count[n]++
+// cacheWeight is what a container's task caches count for, their size unknown before they are
+// restored.
+const cacheWeight = 1 << 20
+
+// preferredNodes is nearData with nodeOf naming a pod's node ("" when unknown) and size the bytes
+// of a directory of a pod (0 when unknown: it counts as one byte). Each node weighs the bytes read
+// from it; the heaviest gets 100, the others their share of it (at least 1).
+func preferredNodes(vols *volumeStore, spec ContainerSpec, from *k8s.ImageFrom,
+	nodeOf func(pod string) string, size func(pod, dir string) int64) ([]string, []int32) {
+	bytes := map[string]int64{}
+	add := func(pod, dir string, n int64) {
+		if node := nodeOf(pod); node != "" {
+			bytes[node] += max(n, 1)
 		}
 	}
 	for _, in := range spec.Inputs {
 		if v, ok := vols.localVolume(in.Artifact); ok {
-			add(v.Pod())
+			add(v.Pod(), v.Path(), size(v.Pod(), v.Path()))
 		}
 	}
 	if from != nil {
-		add(from.Pod)
+		add(from.Pod, from.Path, size(from.Pod, from.Path))
 	}
 	if len(spec.Caches) > 0 {
-		add(vols.holder)
+		add(vols.holder, "", int64(len(spec.Caches))*cacheWeight)
 	}
-	nodes := make([]string, 0, len(count))
-	for n := range count {
+	nodes := make([]string, 0, len(bytes))
+	for n := range bytes {
 		nodes = append(nodes, n)
 	}
 	sort.Slice(nodes, func(i, j int) bool {
-		if count[nodes[i]] != count[nodes[j]] {
-			return count[nodes[i]] > count[nodes[j]]
+		if bytes[nodes[i]] != bytes[nodes[j]] {
+			return bytes[nodes[i]] > bytes[nodes[j]]
 		}
 		return nodes[i] < nodes[j]
 	})
-	return nodes
+	weights := make([]int32, len(nodes))
+	for i, n := range nodes {
+		weights[i] = int32(max(1, bytes[n]*100/bytes[nodes[0]]))
+	}
+	return nodes, weights
 }

@@ -15,15 +15,18 @@ func TestPreferredNodes(t *testing.T) {
 	other := newStore(newLocalPods(t, "w2"), VolumeConfig{})
 	nodes := map[string]string{"get-a": "n1", "get-b": "n2", "img": "n2", s.holder: "n3"}
 	nodeOf := func(pod string) string { return nodes[pod] }
+	sizes := map[string]int64{"get-a": 8 << 20, "get-b": 1 << 20, "img": 1 << 20}
+	size := func(pod, _ string) int64 { return sizes[pod] }
 	spec := ContainerSpec{Inputs: []Input{
 		{Artifact: s.podVolume("get-a", "/a")}, {Artifact: s.podVolume("get-b", "/b")},
 		{Artifact: other.podVolume("get-a", "/c")}, {Artifact: s.podVolume("unknown", "/d")},
 	}, Caches: []string{"cache"}}
-	got := preferredNodes(s, spec, &k8s.ImageFrom{Pod: "img", Path: "/i"}, nodeOf)
-	if want := []string{"n2", "n1", "n3"}; !slices.Equal(got, want) {
-		t.Fatalf("preferred %v, want %v", got, want)
+	got, weights := preferredNodes(s, spec, &k8s.ImageFrom{Pod: "img", Path: "/i"}, nodeOf, size)
+	// n1: 8 MiB, n2: 2 MiB (and the unknown pod's nothing), n3: one cache, 1 MiB.
+	if want := []string{"n1", "n2", "n3"}; !slices.Equal(got, want) || !slices.Equal(weights, []int32{100, 25, 12}) {
+		t.Fatalf("preferred %v with %v, want %v with [100 25 12]", got, weights, want)
 	}
-	if got := preferredNodes(s, ContainerSpec{}, nil, nodeOf); len(got) != 0 {
+	if got, _ := preferredNodes(s, ContainerSpec{}, nil, nodeOf, size); len(got) != 0 {
 		t.Fatalf("a container reading nothing prefers %v", got)
 	}
 	step := k8s.StepSpec{Name: "p", Image: "i", Delivery: k8s.FromConfigMap("c")}
@@ -31,13 +34,13 @@ func TestPreferredNodes(t *testing.T) {
 	if err != nil || pod.Spec.Affinity != nil {
 		t.Fatalf("no preference: %v, %v", pod.Spec.Affinity, err)
 	}
-	step.PreferredNodes = []string{"n2", "n1"}
+	step.PreferredNodes, step.PreferredWeights = []string{"n2", "n1"}, []int32{100, 7}
 	pod, err = k8s.StepPod(step, "w", k8s.PodAuth{TokenSHA256: "h"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	terms := pod.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
-	if len(terms) != 2 || terms[0].Weight != 100 || terms[1].Weight != 99 ||
+	if len(terms) != 2 || terms[0].Weight != 100 || terms[1].Weight != 7 ||
 		terms[0].Preference.MatchExpressions[0].Values[0] != "n2" ||
 		pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
 		t.Fatalf("preferred nodes as %+v", pod.Spec.Affinity)

@@ -205,7 +205,7 @@ func (w *Worker) create(ctx context.Context, handle string, spec ContainerSpec, 
 		return err
 	}
 	if !w.cfg.IgnoreLocality && len(s.PreferredNodes) == 0 {
-		s.PreferredNodes = w.nearData(spec, from)
+		s.PreferredNodes, s.PreferredWeights = w.nearData(ctx, spec, from)
 	}
 	// A pod returned with an error is usable (an owner reference that could not be set; GC
 	// collects what it would have).
@@ -410,7 +410,18 @@ func (s *podState) watch() (<-chan struct{}, *PodGoneError) {
 	return changed, s.gone()
 }
 
-func (s *podState) gone() *PodGoneError { return podGone(s.kit.Get(s.name), s.name, s.uid) }
+func (s *podState) gone() *PodGoneError {
+	pod := s.kit.Get(s.name)
+	if pod == nil {
+		// Deleted: its last state says why, if it was evicted before it went.
+		if last := s.kit.Departed(s.name); last != nil && (s.uid == "" || last.UID == s.uid) {
+			if g := podGone(last, s.name, s.uid); g != nil && g.Reason != "Deleted" {
+				return g
+			}
+		}
+	}
+	return podGone(pod, s.name, s.uid)
+}
 
 // podGone says why the pod name of uid has ended or is ending, or nil while it lives: gone from the
 // cache, replaced by a pod of another uid, being deleted (with the DisruptionTarget condition's

@@ -6,6 +6,8 @@
 package k8s
 
 import (
+	"sync"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -35,12 +37,56 @@ func (w *Worker) trackContact(name string, c *shim.Client) {
 	c.TrackContact(ct.(*shim.Contact))
 }
 
-// forgetContact drops the Contact of a pod the informer saw deleted.
+// forgetContact drops the Contact of a pod the informer saw deleted, and keeps its last state.
 func (w *Worker) forgetContact(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
 	if pod, ok := obj.(*corev1.Pod); ok {
 		w.contacts.Delete(pod.UID)
+		w.departed.add(pod)
 	}
+}
+
+// departedKeep is how many deleted pods' last states a Worker keeps (Departed).
+const departedKeep = 1024
+
+// departed remembers the last state of the pods the informer saw deleted, the newest
+// departedKeep of them.
+type departed struct {
+	mu    sync.Mutex
+	pods  map[string]*corev1.Pod
+	order []string
+}
+
+func (d *departed) add(pod *corev1.Pod) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.pods == nil {
+		d.pods = map[string]*corev1.Pod{}
+	}
+	if _, ok := d.pods[pod.Name]; !ok {
+		d.order = append(d.order, pod.Name)
+	}
+	d.pods[pod.Name] = pod
+	for len(d.order) > departedKeep {
+		delete(d.pods, d.order[0])
+		d.order = d.order[1:]
+	}
+}
+
+func (d *departed) get(name string) *corev1.Pod {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.pods[name]
+}
+
+// Departed is the last state the informer saw of pod name before it was deleted (its eviction's
+// DisruptionTarget condition, say), or nil: a waiter that wakes after the deletion still learns
+// why. The newest 1024 deleted pods are kept.
+func (w *Worker) Departed(name string) *corev1.Pod {
+	if p := w.departed.get(name); p != nil && w.Get(name) == nil {
+		return p
+	}
+	return nil
 }

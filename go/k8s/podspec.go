@@ -121,6 +121,9 @@ type StepSpec struct {
 	// inputs, caches or image already are): a preference, never a requirement, so the pod runs
 	// elsewhere rather than wait. Empty: none.
 	PreferredNodes []string
+	// PreferredWeights are the weights (1 to 100) of PreferredNodes, one each; empty: 100 for the
+	// first and one less for each next.
+	PreferredWeights []int32
 	// ServiceAccount is the pod's service account, if the step needs one.
 	ServiceAccount string
 	// AutomountServiceAccountToken mounts the service account token (off by default: steps should not
@@ -250,21 +253,25 @@ func StepPod(spec StepSpec, worker string, auth PodAuth) (*corev1.Pod, error) {
 	if len(spec.Tolerations) > 0 {
 		pod.Spec.Tolerations = spec.Tolerations
 	}
-	if a := preferNodes(spec.PreferredNodes); a != nil {
+	if a := preferNodes(spec.PreferredNodes, spec.PreferredWeights); a != nil {
 		pod.Spec.Affinity = a
 	}
 	return pod, nil
 }
 
-// preferNodes is a node affinity preferring nodes, the first with the most weight (100, then one
-// less for each next, at least 1); nil for none.
-func preferNodes(nodes []string) *corev1.Affinity {
+// preferNodes is a node affinity preferring nodes with weights (1 to 100; without them the first
+// 100, then one less for each next, at least 1); nil for none.
+func preferNodes(nodes []string, weights []int32) *corev1.Affinity {
 	if len(nodes) == 0 {
 		return nil
 	}
 	var terms []corev1.PreferredSchedulingTerm
 	for i, n := range nodes {
-		terms = append(terms, corev1.PreferredSchedulingTerm{Weight: int32(max(100-i, 1)),
+		w := int32(max(100-i, 1))
+		if i < len(weights) {
+			w = min(max(weights[i], 1), 100)
+		}
+		terms = append(terms, corev1.PreferredSchedulingTerm{Weight: w,
 			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
 				{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{n}}}}})
 	}

@@ -84,6 +84,8 @@ type Worker struct {
 	// contacts holds, by pod UID, when the pod's shim last answered a client of this Worker
 	// (contact.go).
 	contacts sync.Map
+	// departed keeps the last state of deleted pods (contact.go).
+	departed departed
 }
 
 // Clientset builds a Kubernetes client from a kubeconfig file; an empty path loads the usual way

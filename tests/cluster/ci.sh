@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# ci.sh: what CI runs for the cluster tier: up, smoke, every executable tests/cluster/tests.d/*
-# (later cluster tests; each gets KUBECONFIG and the cluster's kubectl on PATH), then down.
+# ci.sh: what CI runs for the cluster tiers: up, smoke, every executable tests/cluster/tests.d/*
+# (the one-node tier; each gets KUBECONFIG and the cluster's kubectl on PATH), then up --nodes 3
+# and every executable tests/cluster/tests.multi.d/* (the multi-node tier), then down.
 # Always tears the cluster down, also on failure or interruption. Every step has a timeout.
 # Ends with one "cluster: N passed, M failed" line; exits non-zero if anything failed.
 # Timeouts (seconds) can be overridden: STEPSHIM_UP_TIMEOUT, STEPSHIM_CLUSTER_TEST_TIMEOUT (every
@@ -76,17 +77,38 @@ run() {
     fi
 }
 
-run smoke 300 "$here/smoke"
-if [[ -d $here/tests.d ]]; then
-    for t in "$here"/tests.d/*; do
+# run_dir DIR: every executable test in tests/cluster/DIR.
+run_dir() {
+    local t budget
+    for t in "$here/$1"/*; do
         # A file CI would not run fails instead of being skipped in silence.
         if [[ ! -f $t || ! -x $t ]]; then
             failed=$((failed + 1))
-            echo "cluster-ci: FAIL tests.d/$(basename "$t") (not an executable file: chmod +x it)" >&2
+            echo "cluster-ci: FAIL $1/$(basename "$t") (not an executable file: chmod +x it)" >&2
             continue
         fi
         # A test may state its own budget in a "# budget: SECONDS" line; 1200 s otherwise.
         budget=$(sed -n 's/^# budget: \([0-9][0-9]*\)$/\1/p' "$t" | head -n 1)
-        run "tests.d/$(basename "$t")" "${STEPSHIM_CLUSTER_TEST_TIMEOUT:-${budget:-1200}}" "$t"
+        run "$1/$(basename "$t")" "${STEPSHIM_CLUSTER_TEST_TIMEOUT:-${budget:-1200}}" "$t"
     done
+}
+
+# The one-node tier: everything that does not need more than one node.
+run smoke 300 "$here/smoke"
+[[ -d $here/tests.d ]] && run_dir tests.d
+# The multi-node tier: two more nodes join the same cluster (up --nodes 3), then what crosses nodes.
+if [[ -d $here/tests.multi.d ]]; then
+    echo "cluster-ci: up --nodes 3"
+    t=$SECONDS
+    if env_lines=$(timeout "${STEPSHIM_UP_TIMEOUT:-900}" "$here/up" --nodes 3); then
+        eval "$env_lines"
+        echo "cluster-ci: up --nodes 3 took $((SECONDS - t))s"
+        run_dir tests.multi.d
+    else
+        failed=$((failed + 1))
+        echo "cluster-ci: FAIL: up --nodes 3 did not bring up the further nodes" >&2
+        for f in /var/lib/stepshim-cluster/logs/*-n[0-9]*.log; do
+            [[ -f $f ]] && { echo "--- last lines of $f"; tail -n 15 "$f"; } >&2
+        done
+    fi
 fi

@@ -94,25 +94,32 @@ alive() {
 }
 
 # start_daemon NAME ARGV...: records ARGV (one argument a line, for restarts), starts it in its
-# own session so the caller's timeout or Ctrl-C does not take it down, writes NAME.pid.
+# own session so the caller's timeout or Ctrl-C does not take it down, writes NAME.pid. With
+# DAEMON_NETNS set, it runs in that network namespace (/run/netns/$DAEMON_NETNS, recorded too).
 start_daemon() {
-    local name=$1; shift
+    local name=$1 ns=${DAEMON_NETNS:-}; shift
     mkdir -p "$PIDS" "$LOGS"
     printf '%s\n' "$@" > "$PIDS/$name.cmd"
+    if [[ -n $ns ]]; then echo "$ns" > "$PIDS/$name.netns"; else rm -f "$PIDS/$name.netns"; fi
     # Every descriptor above stderr is closed first: the daemon must not inherit (and so hold
     # forever) the up/down lock on fd 9 or any lock a caller holds around a restart (`flock FILE
     # CMD` passes its descriptor on to CMD and everything CMD starts).
-    setsid bash -c 'for fd in /proc/self/fd/*; do fd=${fd##*/}; ((fd > 2)) && eval "exec $fd>&-"; done; exec "$@"' \
-        start_daemon "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
+    setsid bash -c 'ns=$1; shift
+        for fd in /proc/self/fd/*; do fd=${fd##*/}; ((fd > 2)) && eval "exec $fd>&-"; done
+        [[ -n $ns ]] && exec nsenter --net="/run/netns/$ns" -- "$@"
+        exec "$@"' \
+        start_daemon "$ns" "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
     echo $! > "$PIDS/$name.pid"
 }
 
-# restart_daemon NAME: starts NAME again with exactly the arguments recorded by start_daemon.
+# restart_daemon NAME: starts NAME again with exactly the arguments (and network namespace)
+# recorded by start_daemon.
 restart_daemon() {
-    local name=$1 args
+    local name=$1 args ns=
     [[ -f $PIDS/$name.cmd ]] || die "no recorded command for $name in $PIDS"
     mapfile -t args < "$PIDS/$name.cmd"
-    start_daemon "$name" "${args[@]}"
+    [[ -f $PIDS/$name.netns ]] && ns=$(cat "$PIDS/$name.netns")
+    DAEMON_NETNS=$ns start_daemon "$name" "${args[@]}"
 }
 
 # stop_daemons GRACE NAME...: SIGTERM to each by recorded pid at once, SIGKILL to any still
@@ -144,7 +151,56 @@ apiserver_ready() {
         "$APISERVER/readyz" | grep -qx ok
 }
 
+# node_ready [NAME]: the node (the first one by default) is Ready.
 node_ready() {
-    [[ $(kubectl get node "$NODE_NAME" \
+    [[ $(kubectl get node "${1:-$NODE_NAME}" \
         -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+}
+
+# containerd_leftovers: what is left in the containerd of $CONTAINERD_SOCK: its sandboxes' network
+# namespace paths into the array netns, every task killed, every container deleted.
+containerd_leftovers() {
+    local c ns deadline
+    alive_sock "$CONTAINERD_SOCK" || return 0
+    for c in $(ctr_ containers ls -q 2>/dev/null); do
+        while read -r ns; do [[ -n $ns ]] && netns+=("$ns"); done < <(ctr_ containers info "$c" 2>/dev/null \
+            | python3 -c 'import json,sys
+for n in json.load(sys.stdin).get("Spec", {}).get("linux", {}).get("namespaces", []):
+    if n.get("type") == "network" and n.get("path"): print(n["path"])' 2>/dev/null || true)
+        ctr_ tasks kill -s SIGKILL "$c" >/dev/null 2>&1 || true
+    done
+    for c in $(ctr_ containers ls -q 2>/dev/null); do
+        deadline=$((SECONDS + 10))
+        until ctr_ tasks delete "$c" >/dev/null 2>&1 || ! ctr_ tasks ls -q | grep -qx "$c"; do
+            (( SECONDS < deadline )) || break
+            sleep 0.2
+        done
+        ctr_ containers delete "$c" >/dev/null 2>&1 || true
+    done
+}
+
+ctr_() { timeout 30 "$(containerd_bin)/ctr" -a "$CONTAINERD_SOCK" -n k8s.io "$@"; }
+alive_sock() { [[ -S $1 ]] && timeout 10 "$(containerd_bin)/ctr" -a "$1" version >/dev/null 2>&1; }
+
+# kill_shims SOCK: containerd shims that outlived their containerd (they carry its socket path in
+# their arguments).
+kill_shims() {
+    local p cmd
+    for p in /proc/[0-9]*; do
+        cmd=$(tr '\0' ' ' 2>/dev/null < "$p/cmdline") || continue
+        if [[ $cmd == *containerd-shim* && $cmd == *"$1"* ]]; then
+            log "killing leftover shim ${p#/proc/}"
+            kill -KILL "${p#/proc/}" 2>/dev/null || true
+        fi
+    done
+}
+
+# unmount_under DIR...: every mount below the DIRs, deepest first.
+unmount_under() {
+    local dir m
+    for dir in "$@"; do
+        awk -v d="$dir/" 'index($2 "/", d) == 1 { print $2 }' /proc/mounts | sort -r | while read -r m; do
+            umount "$m" 2>/dev/null || umount -l "$m" || log "could not unmount $m"
+        done
+    done
 }

@@ -22,8 +22,18 @@
 # Fail-open (--queue-bypass), unlike the controller's default: this cluster is shared by tests
 # that have no policies, and a stopped daemon must not cut their pods off. The tests that check
 # enforcement (15-networkpolicy, 80-step-spec) fail instead, and `up` starts a daemon that died.
+#
+# A further node (nodes.sh) has a daemon and rules of its own, in its network namespace: the
+# functions below act there when NETPOL_NETNS names it, with NETPOL_NAME its node, NETPOL_SUFFIX
+# its daemon's name suffix and POD_CIDR its pods'. nfqueues, iptables and the bridge sysctl are
+# per network namespace.
 
 NETPOL_DAEMON=kube-network-policies
+# in_netpol_ns CMD...: CMD in the network namespace the rules are for (the host's by default).
+in_netpol_ns() {
+    if [[ -n ${NETPOL_NETNS:-} ]]; then nsenter --net="/run/netns/$NETPOL_NETNS" -- "$@"; else "$@"; fi
+}
+netpol_daemon() { echo "$NETPOL_DAEMON${NETPOL_SUFFIX:-}"; }
 NETPOL_QUEUE=${STEPSHIM_NETPOL_QUEUE:-100}
 NETPOL_CHAIN=STEPSHIM-NETPOL
 NETPOL_USER=system:kube-network-policies
@@ -38,7 +48,7 @@ netpol_jumps() {
 }
 
 netpol_queue_bound() {
-    awk -v q="$NETPOL_QUEUE" '$1 == q { found = 1 } END { exit !found }' \
+    in_netpol_ns awk -v q="$NETPOL_QUEUE" '$1 == q { found = 1 } END { exit !found }' \
         /proc/net/netfilter/nfnetlink_queue 2>/dev/null
 }
 
@@ -70,12 +80,13 @@ EOF
 # `up` adds none).
 netpol_rules() {
     local jump
-    iptables -w -F "$NETPOL_CHAIN" 2>/dev/null || iptables -w -N "$NETPOL_CHAIN"
-    iptables -w -A "$NETPOL_CHAIN" -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
-    iptables -w -A "$NETPOL_CHAIN" -j NFQUEUE --queue-num "$NETPOL_QUEUE" --queue-bypass
+    in_netpol_ns iptables -w -F "$NETPOL_CHAIN" 2>/dev/null || in_netpol_ns iptables -w -N "$NETPOL_CHAIN"
+    in_netpol_ns iptables -w -A "$NETPOL_CHAIN" -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
+    in_netpol_ns iptables -w -A "$NETPOL_CHAIN" -j NFQUEUE --queue-num "$NETPOL_QUEUE" --queue-bypass
     while read -r jump; do
         # shellcheck disable=SC2086 # one rule's words
-        iptables -w -C $jump 2>/dev/null || iptables -w -A $jump || die "iptables -A $jump failed"
+        in_netpol_ns iptables -w -C $jump 2>/dev/null || in_netpol_ns iptables -w -A $jump \
+            || die "iptables -A $jump failed"
     done < <(netpol_jumps)
 }
 
@@ -92,22 +103,31 @@ netpol_kernel() {
 # netpol_up: builds (or finds cached) the daemon, starts it unless it runs, waits for its queue,
 # then the bridge sysctl and the rules. Idempotent on a running cluster.
 netpol_up() {
-    local bin
+    local bin daemon kubeconfig=$STATE/kube-network-policies.kubeconfig
+    daemon=$(netpol_daemon)
     netpol_kernel
     bin=$("$cluster_dir/build-netpol" 2>> "$LOGS/build-netpol.log") \
         || die "building kube-network-policies failed (see $LOGS/build-netpol.log)"
-    if ! alive "$NETPOL_DAEMON" || [[ $(head -1 "$PIDS/$NETPOL_DAEMON.cmd") != "$bin" ]]; then
-        alive "$NETPOL_DAEMON" && netpol_down
+    if ! alive "$daemon" || [[ $(head -1 "$PIDS/$daemon.cmd") != "$bin" ]]; then
+        alive "$daemon" && netpol_down
         netpol_queue_bound && die "nfqueue $NETPOL_QUEUE is bound by another process; set STEPSHIM_NETPOL_QUEUE"
         netpol_access
-        LOG_HINT=$LOGS/$NETPOL_DAEMON.log
-        start_daemon "$NETPOL_DAEMON" "$bin" --kubeconfig="$STATE/kube-network-policies.kubeconfig" \
-            --hostname-override="$NODE_NAME" --nfqueue-id="$NETPOL_QUEUE"
-        wait_for 60 "$NETPOL_DAEMON bound to nfqueue $NETPOL_QUEUE" netpol_queue_bound
+        if [[ -n ${NETPOL_NETNS:-} ]]; then
+            # The node reaches the apiserver at the host's end of its veth (nodes.sh).
+            kubeconfig=$STATE/$daemon.kubeconfig
+            APISERVER=$NETPOL_APISERVER kubeconfig "$kubeconfig" kube-network-policies
+            sed -i 's|^    server: .*|&\n    tls-server-name: localhost|' "$kubeconfig"
+        fi
+        LOG_HINT=$LOGS/$daemon.log
+        DAEMON_NETNS=${NETPOL_NETNS:-} start_daemon "$daemon" "$bin" --kubeconfig="$kubeconfig" \
+            --hostname-override="${NETPOL_NAME:-$NODE_NAME}" --nfqueue-id="$NETPOL_QUEUE"
+        wait_for 60 "$daemon bound to nfqueue $NETPOL_QUEUE" netpol_queue_bound
         unset LOG_HINT
     fi
-    [[ -f $STATE/netpol-sysctl.saved ]] || cat "$BR_NF_SYSCTL" > "$STATE/netpol-sysctl.saved"
-    echo 1 > "$BR_NF_SYSCTL"
+    if [[ -z ${NETPOL_NETNS:-} ]]; then
+        [[ -f $STATE/netpol-sysctl.saved ]] || cat "$BR_NF_SYSCTL" > "$STATE/netpol-sysctl.saved"
+    fi
+    in_netpol_ns sh -c "echo 1 > $BR_NF_SYSCTL"
     netpol_rules
 }
 
@@ -117,14 +137,14 @@ netpol_down() {
     local jump
     while read -r jump; do
         # shellcheck disable=SC2086
-        while iptables -w -C $jump 2>/dev/null; do iptables -w -D $jump; done
+        while in_netpol_ns iptables -w -C $jump 2>/dev/null; do in_netpol_ns iptables -w -D $jump; done
     done < <(netpol_jumps)
-    if iptables -w -S "$NETPOL_CHAIN" >/dev/null 2>&1; then
-        iptables -w -F "$NETPOL_CHAIN" && iptables -w -X "$NETPOL_CHAIN" \
+    if in_netpol_ns iptables -w -S "$NETPOL_CHAIN" >/dev/null 2>&1; then
+        in_netpol_ns iptables -w -F "$NETPOL_CHAIN" && in_netpol_ns iptables -w -X "$NETPOL_CHAIN" \
             || log "could not delete iptables chain $NETPOL_CHAIN"
     fi
-    stop_daemons 15 "$NETPOL_DAEMON"
-    if [[ -f $STATE/netpol-sysctl.saved ]]; then
+    stop_daemons 15 "$(netpol_daemon)"
+    if [[ -z ${NETPOL_NETNS:-} && -f $STATE/netpol-sysctl.saved ]]; then
         cat "$STATE/netpol-sysctl.saved" > "$BR_NF_SYSCTL" 2>/dev/null || true
         rm -f "$STATE/netpol-sysctl.saved"
     fi

@@ -53,6 +53,8 @@ type atcWay struct {
 	run                int
 	// wire counts the bytes to and from the apiserver and the shims.
 	wire *wireCount
+	// placement logs each container's node.
+	placement bool
 }
 
 func newAtcWay(ctx context.Context, o options, prefix string) (*atcWay, string, error) {
@@ -83,8 +85,9 @@ func newAtcWay(ctx context.Context, o options, prefix string) (*atcWay, string, 
 		return nil, "", err
 	}
 	config := atcruntime.Config{
-		Template: k8s.StepSpec{Delivery: delivery},
-		Cluster:  atcruntime.NewCluster(),
+		Template:       k8s.StepSpec{Delivery: delivery},
+		Cluster:        atcruntime.NewCluster(),
+		IgnoreLocality: o.ignoreLocality,
 		Volumes: atcruntime.VolumeConfig{Holder: k8s.StepSpec{Image: o.shimImage, Delivery: delivery},
 			HolderName: prefix + "volumes"},
 	}
@@ -96,7 +99,7 @@ func newAtcWay(ctx context.Context, o options, prefix string) (*atcWay, string, 
 		return nil, "", err
 	}
 	a := &atcWay{kit: kit, w: w, cs: cs, kitConfig: kitConfig, config: config, stepImage: o.stepImage, prefix: prefix,
-		keys: map[resource]string{}, wire: wire}
+		keys: map[resource]string{}, wire: wire, placement: o.placement}
 	if o.evictKubeconfig != "" {
 		if a.evictor, err = k8s.Clientset(o.evictKubeconfig); err != nil {
 			kit.Close()
@@ -135,6 +138,9 @@ func (a *atcWay) container(ctx context.Context, step string, spec atcruntime.Con
 	c, mounts, err := a.w.FindOrCreateContainer(ctx, handle, spec, nil)
 	if err != nil {
 		return nil, nil, err
+	}
+	if p := a.kit.Get(handle); a.placement && p != nil {
+		a.logf("placed %s on %s", step, p.Spec.NodeName)
 	}
 	byPath := map[string]atcruntime.Volume{}
 	for _, m := range mounts {

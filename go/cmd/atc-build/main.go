@@ -36,6 +36,7 @@ type options struct {
 	stepImage, shimImage, shimConfigMap     string
 	evictKubeconfig                         string
 	ways, jsonPath, markdownPath            string
+	ignoreLocality, placement               bool
 	build                                   Build
 	timeout                                 time.Duration
 }
@@ -59,6 +60,9 @@ func main() {
 		"restarted, a pod evicted mid-task, a non-root task (needs -evict-kubeconfig)")
 	flag.StringVar(&o.evictKubeconfig, "evict-kubeconfig", "", "kubeconfig allowed to evict the atc way's pods "+
 		"(pods/eviction), for -faults")
+	flag.BoolVar(&o.ignoreLocality, "ignore-locality", false, "the atc way places containers where the "+
+		"scheduler alone decides, not near their inputs, image and caches")
+	flag.BoolVar(&o.placement, "placement", false, "log the node of each container of the atc way")
 	flag.StringVar(&o.jsonPath, "json", "", "write the results as JSON to this file")
 	flag.StringVar(&o.markdownPath, "markdown", "", "write the table to this file too")
 	flag.DurationVar(&o.timeout, "timeout", 8*time.Minute, "bound of each way's build")
