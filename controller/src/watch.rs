@@ -159,7 +159,10 @@ struct Departed(Arc<std::sync::Mutex<std::collections::VecDeque<Arc<Pod>>>>);
 
 impl Departed {
     fn add(&self, pod: Pod) {
-        let mut pods = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut pods = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let name = pod.metadata.name.clone();
         pods.retain(|p| p.metadata.name != name);
         pods.push_back(Arc::new(pod));
@@ -169,7 +172,10 @@ impl Departed {
     }
 
     fn get(&self, name: &str) -> Option<Arc<Pod>> {
-        let pods = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let pods = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         pods.iter()
             .rev()
             .find(|p| p.metadata.name.as_deref() == Some(name))
