@@ -132,13 +132,19 @@ pub struct ClusterArgs {
     /// Run only the artifact scenario (1024 MiB unless --artifacts-mib says otherwise).
     #[arg(long)]
     pub artifacts_only: bool,
-    /// Scenarios to run (default all but images): latency, podspawn, concurrency, throughput,
-    /// faults, images. `images` runs only when named: a step's output handed to a later step as
+    /// Scenarios to run (default all but images and nodes): latency, podspawn, concurrency,
+    /// throughput, faults, images, nodes. `nodes` runs only when named, alone: a pull within a node
+    /// against one across nodes (needs two nodes; results in results/nodes). `images` runs only
+    /// when named: a step's output handed to a later step as
     /// its image, through the producing pod's shim and pushed to a registry on the node (needs
     /// `--crane`); its results go to cluster.md and cluster.json in `--results` (default
     /// results/images).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Rounds of the `nodes` scenario (`--only nodes`: a pull into a pod of the source's node and
+    /// into one of another node, alternating which goes first; results in results/nodes).
+    #[arg(long, default_value_t = 5)]
+    pub node_rounds: u32,
     /// MiB of the `images` scenario's rootfs/.
     #[arg(long, default_value_t = 200)]
     pub image_mib: u64,
@@ -237,7 +243,8 @@ fn parse_pair(s: &str) -> Result<(String, String), String> {
 impl ClusterArgs {
     /// Whether `--only` leaves scenario `name` in.
     pub fn runs(&self, name: &str) -> bool {
-        (self.only.is_empty() && name != "images") || self.only.iter().any(|o| o == name)
+        (self.only.is_empty() && name != "images" && name != "nodes")
+            || self.only.iter().any(|o| o == name)
     }
 
     /// Whether `--only` names only the `images` scenario (no step pods of the others needed).
@@ -252,13 +259,14 @@ impl ClusterArgs {
 }
 
 /// The scenarios `cluster --only` knows.
-pub const CLUSTER_SCENARIOS: [&str; 6] = [
+pub const CLUSTER_SCENARIOS: [&str; 7] = [
     "latency",
     "podspawn",
     "concurrency",
     "throughput",
     "faults",
     "images",
+    "nodes",
 ];
 
 /// Which tokio runtime the latency scenario's clients run on.

@@ -28,6 +28,10 @@ type ContainerSpec struct {
 	// JobID and StepName key the task caches (0 for one-off builds, which find none).
 	JobID    int
 	StepName string
+	// Build names the build the container is for (ATC's build ID as a string; empty: none): the
+	// pods' build label, and, unless Config.IgnoreLocality, the containers of one build prefer the
+	// node where its other containers run.
+	Build string
 
 	ImageSpec ImageSpec
 	// Env are NAME=VALUE entries of the pod's environment, inherited by every process.
@@ -91,6 +95,12 @@ func stepSpec(cfg *Config, handle string, spec ContainerSpec, image string, from
 	s := cfg.Template
 	s.Name, s.Image, s.ImageFrom = handle, image, from
 	s.Step = spec.StepName
+	if spec.Build != "" {
+		s.Build = spec.Build
+		if !cfg.IgnoreLocality && s.BuildAffinity == 0 {
+			s.BuildAffinity = buildAffinity
+		}
+	}
 	s.Privileged = spec.ImageSpec.Privileged
 	s.Env = append([]k8s.EnvVar(nil), cfg.Template.Env...)
 	for _, kv := range spec.Env {

@@ -4,7 +4,9 @@
 // their size (the source shim's stream length, one request each), the holder by 1 MiB per task
 // cache; the node read the most from is preferred with weight 100, the others with their share of
 // it (k8s.StepSpec.PreferredNodes and PreferredWeights: a preference the scheduler weighs with the
-// rest, never a requirement that could leave a container pending).
+// rest, never a requirement that could leave a container pending). A container of a named build
+// (ContainerSpec.Build) also prefers the node its build's other containers run on (weight 50), so
+// that independent steps of one build (its gets) gather and the steps reading them find them there.
 
 package atcruntime
 
@@ -36,6 +38,10 @@ func (w *Worker) nearData(ctx context.Context, spec ContainerSpec, from *k8s.Ima
 		return n
 	})
 }
+
+// buildAffinity is the weight of a container's preference for the node its build's other
+// containers run on (k8s.StepSpec.BuildAffinity): below the bytes of its own inputs (up to 100).
+const buildAffinity = 50
 
 // cacheWeight is what a container's task caches count for, their size unknown before they are
 // restored.

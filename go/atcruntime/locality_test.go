@@ -45,4 +45,22 @@ func TestPreferredNodes(t *testing.T) {
 		pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
 		t.Fatalf("preferred nodes as %+v", pod.Spec.Affinity)
 	}
+	// A build's containers prefer its other containers' node.
+	spec2, err := stepSpec(&Config{Template: k8s.StepSpec{Delivery: k8s.FromConfigMap("c")}}, "p", ContainerSpec{Build: "42"}, "i", nil)
+	if err != nil || spec2.Build != "42" || spec2.BuildAffinity != buildAffinity {
+		t.Fatalf("a build's container: %+v, %v", spec2, err)
+	}
+	pod, err = k8s.StepPod(spec2, "w", k8s.PodAuth{TokenSHA256: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa := pod.Spec.Affinity.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+	if len(pa) != 1 || pa[0].Weight != buildAffinity || pa[0].PodAffinityTerm.TopologyKey != "kubernetes.io/hostname" ||
+		pa[0].PodAffinityTerm.LabelSelector.MatchLabels[k8s.BuildLabel] != "42" {
+		t.Fatalf("build affinity as %+v", pod.Spec.Affinity)
+	}
+	off, _ := stepSpec(&Config{IgnoreLocality: true}, "p", ContainerSpec{Build: "42"}, "i", nil)
+	if off.BuildAffinity != 0 {
+		t.Fatal("IgnoreLocality kept the build affinity")
+	}
 }

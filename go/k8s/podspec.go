@@ -124,6 +124,10 @@ type StepSpec struct {
 	// PreferredWeights are the weights (1 to 100) of PreferredNodes, one each; empty: 100 for the
 	// first and one less for each next.
 	PreferredWeights []int32
+	// BuildAffinity, 1 to 100, prefers the nodes where pods of the same Build of this worker
+	// already run, with that weight (a preferred pod affinity): a build's steps gather where its
+	// artifacts are. 0, or no Build: none.
+	BuildAffinity int32
 	// ServiceAccount is the pod's service account, if the step needs one.
 	ServiceAccount string
 	// AutomountServiceAccountToken mounts the service account token (off by default: steps should not
@@ -253,8 +257,16 @@ func StepPod(spec StepSpec, worker string, auth PodAuth) (*corev1.Pod, error) {
 	if len(spec.Tolerations) > 0 {
 		pod.Spec.Tolerations = spec.Tolerations
 	}
-	if a := preferNodes(spec.PreferredNodes, spec.PreferredWeights); a != nil {
-		pod.Spec.Affinity = a
+	pod.Spec.Affinity = preferNodes(spec.PreferredNodes, spec.PreferredWeights)
+	if spec.Build != "" && spec.BuildAffinity > 0 {
+		if pod.Spec.Affinity == nil {
+			pod.Spec.Affinity = &corev1.Affinity{}
+		}
+		pod.Spec.Affinity.PodAffinity = &corev1.PodAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+			Weight: min(spec.BuildAffinity, 100),
+			PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: "kubernetes.io/hostname", LabelSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{BuildLabel: LabelValue(spec.Build), WorkerLabel: LabelValue(worker)}}},
+		}}}
 	}
 	return pod, nil
 }

@@ -18,6 +18,9 @@ export KUBECONFIG=$STATE/admin.kubeconfig
 BRIDGE=cni0
 POD_CIDR=10.244.0.0/24
 BRIDGE_IP=10.244.0.1
+# The pod network of every node (`up --nodes N`: node k has 10.244.(k-1).0/24, nodes.sh): what the
+# forwarder must reach (--pod-cidr), one node or many.
+CLUSTER_POD_CIDR=10.244.0.0/16
 NODE_IP=$BRIDGE_IP
 # Only ever allocated, never routed: there is no kube-proxy.
 SERVICE_CIDR=10.245.0.0/24

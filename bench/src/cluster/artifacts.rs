@@ -33,12 +33,12 @@ const SMALL_FILES: u64 = 10_000;
 const SMALL_BYTES: u64 = 2048;
 /// Where an artifact lives in its source pod, and where copies land in the destination.
 const ART: &str = "/build/art";
-const IN: &str = "/build/in";
+pub(super) const IN: &str = "/build/in";
 
 /// One step pod of the scenario.
-struct Pod {
-    name: String,
-    shim: ShimClient,
+pub(super) struct Pod {
+    pub(super) name: String,
+    pub(super) shim: ShimClient,
 }
 
 /// Runs the artifact scenario on its own pods and writes `artifacts.md` and `artifacts.json`.
@@ -141,7 +141,7 @@ async fn scenario(args: &ClusterArgs, pods: &[Pod], probe: &Probe, mib: u64) -> 
 
 /// Makes the four sources' artifacts, of 1, 1/2, 1/4 and 1/8 of `mib`, and returns each one's
 /// digest, computed by its own source.
-async fn make_artifacts(sources: &[Pod], mib: u64) -> Result<Vec<String>> {
+pub(super) async fn make_artifacts(sources: &[Pod], mib: u64) -> Result<Vec<String>> {
     let started = Instant::now();
     let digests = try_join_all(sources.iter().enumerate().map(|(i, p)| async move {
         let bytes = (mib << 20) >> i;
@@ -337,7 +337,12 @@ fn context() -> serde_json::Value {
 }
 
 /// Input `i` of a pass (`seq` or `par`) pulled directly from `src` into its own directory of `dst`.
-async fn pull_input(src: &Pod, dst: &Pod, pass: &str, i: usize) -> Result<transfer::Copied> {
+pub(super) async fn pull_input(
+    src: &Pod,
+    dst: &Pod,
+    pass: &str,
+    i: usize,
+) -> Result<transfer::Copied> {
     let to = format!("{IN}/{pass}/in{i}");
     let id = format!("bench-{pass}{i}-{}", rand::random::<u32>());
     Ok(transfer::copy(

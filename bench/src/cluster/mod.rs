@@ -16,6 +16,7 @@ mod images_consumer;
 mod images_registry;
 mod images_report;
 mod images_ways;
+mod nodes;
 mod paths;
 mod podcpu;
 mod podspawn;
@@ -153,6 +154,9 @@ pub async fn run(args: &ClusterArgs) -> Result<i32> {
     }
     if args.images_only() {
         return images::run(args).await;
+    }
+    if args.only.iter().any(|o| o == "nodes") {
+        return nodes::run(args).await;
     }
     let started = Instant::now();
     let (rt, mut env) = setup(args).await?;

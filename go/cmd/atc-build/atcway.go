@@ -132,7 +132,7 @@ func (a *atcWay) Bytes() (wire, artifacts int64) { return a.wire.Bytes(), -1 }
 
 // container is FindOrCreateContainer for step with spec, its mounts by path.
 func (a *atcWay) container(ctx context.Context, step string, spec atcruntime.ContainerSpec) (*atcruntime.Container, map[string]atcruntime.Volume, error) {
-	spec.TeamID, spec.TeamName, spec.JobID = teamID, "main", jobID
+	spec.TeamID, spec.TeamName, spec.JobID, spec.Build = teamID, "main", jobID, a.prefix+"job"
 	handle := a.prefix + step
 	a.handles = append(a.handles, handle)
 	c, mounts, err := a.w.FindOrCreateContainer(ctx, handle, spec, nil)
