@@ -215,18 +215,25 @@ func (s *volumeStore) lookupName(ctx context.Context, name string) (Volume, bool
 	return s.holderVolume(name, m), true, nil
 }
 
-// gc removes the holder's volumes whose handles are not in desired, and expired ones, but never the
-// image copy of a container whose pod exists; it returns their handles. Step pods' directories are not its business (they go with their pods).
-func (s *volumeStore) gc(ctx context.Context, desired []string) ([]string, error) {
+// holderMetas is a client of the running holder and every volume's meta (expired ones included);
+// no client when there is no holder running or it is lost with its node (holderlost.go).
+func (s *volumeStore) holderMetas(ctx context.Context) (*shim.Client, map[string]holderMeta, error) {
 	c, ok, err := s.holderShim(ctx)
 	if !ok {
-		return nil, err
+		return nil, nil, err
 	}
 	all, err := s.listMeta(ctx, c)
 	if s.holderLost(ctx, c, err) {
-		return nil, nil
+		return nil, nil, nil
 	}
-	if err != nil {
+	return c, all, err
+}
+
+// gc removes the holder's volumes whose handles are not in desired, and expired ones, but never the
+// image copy of a container whose pod exists; it returns their handles. Step pods' directories are not its business (they go with their pods).
+func (s *volumeStore) gc(ctx context.Context, desired []string) ([]string, error) {
+	c, all, err := s.holderMetas(ctx)
+	if c == nil || err != nil {
 		return nil, err
 	}
 	want := map[string]bool{}

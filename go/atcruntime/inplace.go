@@ -98,23 +98,7 @@ func (w *Worker) VolumeHandles(ctx context.Context) ([]string, error) {
 }
 
 func (s *volumeStore) handles(ctx context.Context) ([]string, error) {
-	if s.cfg.HolderClaim.Size != "" {
-		if err := s.ensureHolder(ctx); err != nil {
-			return nil, err
-		}
-	}
-	p := s.pods.Get(s.holder)
-	if p == nil || p.DeletionTimestamp != nil || k8s.ProgressOf(p).Stage == k8s.Failed {
-		return nil, nil
-	}
-	c, err := s.pods.Connect(ctx, s.holder)
-	if err != nil {
-		return nil, err
-	}
-	all, err := s.listMeta(ctx, c)
-	if s.holderLost(ctx, c, err) {
-		return nil, nil
-	}
+	_, all, err := s.holderMetas(ctx)
 	if err != nil {
 		return nil, err
 	}
