@@ -41,6 +41,30 @@ pub(super) struct Pod {
     pub(super) shim: ShimClient,
 }
 
+/// A runtime for `worker` with a fresh key, in `args.namespace`, which is made if missing and
+/// waited for until its default ServiceAccount exists.
+pub(super) async fn worker_in_namespace(
+    args: &ClusterArgs,
+    client: &kube::Client,
+    worker: &str,
+) -> Result<Runtime> {
+    let namespaces: kube::Api<Namespace> = kube::Api::all(client.clone());
+    if namespaces.get_opt(&args.namespace).await?.is_none() {
+        let mut n = Namespace::default();
+        n.metadata.name = Some(args.namespace.clone());
+        namespaces.create(&Default::default(), &n).await?;
+    }
+    crate::access::wait_default_service_account(client, &args.namespace).await?;
+    let key =
+        Key::from_bytes(rand::random::<[u8; 32]>().to_vec()).map_err(|_| anyhow::anyhow!("key"))?;
+    let tc = TargetConfig {
+        kubeconfig: args.kubeconfig.clone(),
+        namespace: args.namespace.clone(),
+        worker: worker.into(),
+    };
+    Ok(Runtime::connect(&tc, key).await?)
+}
+
 /// Runs the artifact scenario on its own pods and writes `artifacts.md` and `artifacts.json`.
 /// Returns 1 when a copy differed from its source.
 pub async fn run(args: &ClusterArgs) -> Result<i32> {
@@ -50,21 +74,7 @@ pub async fn run(args: &ClusterArgs) -> Result<i32> {
         args.artifacts_mib
     };
     let client = kube_client(args.kubeconfig.as_deref()).await?;
-    let namespaces: kube::Api<Namespace> = kube::Api::all(client.clone());
-    if namespaces.get_opt(&args.namespace).await?.is_none() {
-        let mut n = Namespace::default();
-        n.metadata.name = Some(args.namespace.clone());
-        namespaces.create(&Default::default(), &n).await?;
-    }
-    crate::access::wait_default_service_account(&client, &args.namespace).await?;
-    let key =
-        Key::from_bytes(rand::random::<[u8; 32]>().to_vec()).map_err(|_| anyhow::anyhow!("key"))?;
-    let tc = TargetConfig {
-        kubeconfig: args.kubeconfig.clone(),
-        namespace: args.namespace.clone(),
-        worker: "stepctl-bench-art".into(),
-    };
-    let rt = Runtime::connect(&tc, key).await?;
+    let rt = worker_in_namespace(args, &client, "stepctl-bench-art").await?;
     let _ = controller::gc::retire(&rt).await?;
     let run_id = format!("{:06x}", rand::random::<u32>() >> 8);
     let names: Vec<String> = ["dst", "src0", "src1", "src2", "src3"]

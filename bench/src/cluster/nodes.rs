@@ -10,12 +10,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use controller::podspec::{Delivery, StepSpec};
-use controller::runtime::{Runtime, TargetConfig, kube_client};
-use controller::token::Key;
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use controller::runtime::{Runtime, kube_client};
+use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 
-use super::artifacts::{IN, Pod, make_artifacts, pull_input};
+use super::artifacts::{IN, Pod, make_artifacts, pull_input, worker_in_namespace};
 use super::artifacts_probe::{digest_of, sh};
 use crate::args::ClusterArgs;
 
@@ -42,21 +41,7 @@ pub async fn run(args: &ClusterArgs) -> Result<i32> {
             nodes.len()
         );
     }
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    if namespaces.get_opt(&args.namespace).await?.is_none() {
-        let mut n = Namespace::default();
-        n.metadata.name = Some(args.namespace.clone());
-        namespaces.create(&Default::default(), &n).await?;
-    }
-    crate::access::wait_default_service_account(&client, &args.namespace).await?;
-    let key =
-        Key::from_bytes(rand::random::<[u8; 32]>().to_vec()).map_err(|_| anyhow::anyhow!("key"))?;
-    let tc = TargetConfig {
-        kubeconfig: args.kubeconfig.clone(),
-        namespace: args.namespace.clone(),
-        worker: "stepshim-bench-nodes".into(),
-    };
-    let rt = Runtime::connect(&tc, key).await?;
+    let rt = worker_in_namespace(args, &client, "stepshim-bench-nodes").await?;
     let run_id = format!("{:06x}", rand::random::<u32>() >> 8);
     let placed = [
         ("src", &nodes[0]),
